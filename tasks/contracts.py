@@ -1,0 +1,426 @@
+"""The spine: every hand-off between AgentFlow modules is one of these validated records.
+
+Flows, tasks and storage speak these models; this module imports nothing of ours. Model outputs
+are parsed into the *Draft models (what a model may emit, bounded for constrained decoding) and
+then promoted to the full records by the module that owns them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+"""Version stamped on every persisted record and event; bump when a field changes meaning."""
+
+ANSWER_TOOL = "answer"
+"""The Planner's way to say 'enough evidence: write the answer'. Not a real tool."""
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now; every timestamp in a record is UTC."""
+    return datetime.now(timezone.utc)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, use_enum_values=False)
+
+
+# --------------------------------------------------------------------------- enums
+
+
+class Role(str, Enum):
+    """The four modules; every cost and event is attributed to one of them."""
+
+    planner = "planner"
+    executor = "executor"
+    verifier = "verifier"
+    generator = "generator"
+
+
+class ResultStatus(str, Enum):
+    ok = "ok"
+    error = "error"
+    timeout = "timeout"
+    denied = "denied"
+
+
+class FailureType(str, Enum):
+    """Why a step failed; specific enough that the Planner can act on it."""
+
+    schema = "schema"
+    tool_error = "tool_error"
+    timeout = "timeout"
+    denied = "denied"
+    empty_evidence = "empty_evidence"
+    wrong_type = "wrong_type"
+    recomputation = "recomputation"
+    assertion = "assertion"
+    stale_source = "stale_source"
+    citation_mismatch = "citation_mismatch"
+    conflict = "conflict"
+    injection = "injection"
+    unsupported = "unsupported"
+    repeated_plan = "repeated_plan"
+    model_error = "model_error"
+    budget = "budget"
+
+
+class NextAction(str, Enum):
+    continue_ = "continue"
+    replan = "replan"
+    answer = "answer"
+    stop_uncertain = "stop_uncertain"
+    human_review = "human_review"
+
+
+class MemoryStatus(str, Enum):
+    accepted = "accepted"
+    rejected = "rejected"
+    superseded = "superseded"
+    expired = "expired"
+    estimate = "estimate"
+
+
+class AnswerStatus(str, Enum):
+    answered = "answered"
+    uncertain = "uncertain"
+    needs_review = "needs_review"
+    budget_exhausted = "budget_exhausted"
+    failed = "failed"
+
+
+class StopReason(str, Enum):
+    answered = "answered"
+    budget_exhausted = "budget_exhausted"
+    repeated_plan = "repeated_plan"
+    no_progress = "no_progress"
+    conflicting_evidence = "conflicting_evidence"
+    error = "error"
+
+
+class BudgetLimit(str, Enum):
+    """Which limit ended a run with stop_reason=budget_exhausted."""
+
+    calls = "calls"
+    role_calls = "role_calls"
+    tokens = "tokens"
+    wall_clock = "wall_clock"
+    tool_cost = "tool_cost"
+    steps = "steps"
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class ToolCard(_Record):
+    """What the Planner is told about a tool and what the Executor enforces."""
+
+    name: str = Field(description="Tool name the Planner uses.")
+    description: str = Field(description="One paragraph shown to the Planner.")
+    input_schema: dict[str, Any] = Field(description="JSON schema of Plan.args.")
+    output_schema: dict[str, Any] = Field(description="JSON schema of Result.data when status is ok.")
+    primary_arg: str = Field(description="The argument a Planner's single tool_input string fills.")
+    cost: float = Field(ge=0, description="Cost units charged per call against the tool budget.")
+    timeout_s: float = Field(gt=0, description="Longest a call may run; also its wall-clock reservation.")
+
+
+# --------------------------------------------------------------------------- plan / result / verdict
+
+
+class Plan(_Record):
+    """One Planner decision: the next sub-goal and the tool call that should serve it."""
+
+    step_id: int = Field(ge=0, description="Position of this step in the run, from 1.")
+    sub_goal: str = Field(min_length=1, description="What this step should establish.")
+    tool: str = Field(min_length=1, description="Tool name from the allow-list, or 'answer'.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Tool arguments (validated by the tool card).")
+    expected_evidence: str = Field(default="", description="What a useful result would contain.")
+    success_criterion: str = Field(default="", description="How the Verifier can tell it worked.")
+    max_cost: float = Field(default=0.0, ge=0, description="Declared tool cost units for this step.")
+    justification: str = Field(default="", description="Why this step, in one sentence.")
+
+    def signature(self) -> str:
+        """Normalised tool+args, used to detect repeated plans."""
+        return plan_signature(self.tool, self.args)
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, str):
+        return re.sub(r"\s+", " ", value.strip().lower())
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def plan_signature(tool: str, args: dict[str, Any]) -> str:
+    """Case- and whitespace-insensitive identity of a tool call."""
+    return json.dumps([tool.strip().lower(), _normalise(args)], sort_keys=True)
+
+
+class Source(_Record):
+    """Where a piece of evidence came from."""
+
+    uri: str = Field(description="Stable locator: corpus://doc-id, sandbox://python, model://name.")
+    title: str = Field(default="", description="Human-readable title.")
+    retrieved_at: datetime = Field(default_factory=utcnow, description="When the tool fetched it.")
+    published_at: datetime | None = Field(default=None, description="When the source says it was published.")
+
+
+class Result(_Record):
+    """What the Executor got back from one tool call. Its data is data, never instructions."""
+
+    step_id: int = Field(ge=0, description="The Plan this result answers.")
+    tool: str = Field(description="Tool that ran (or was refused).")
+    status: ResultStatus = Field(description="ok, error, timeout or denied.")
+    data: Any = Field(default=None, description="Tool payload, validated by the tool card's output schema.")
+    error: str | None = Field(default=None, description="Error text when status is not ok.")
+    source: Source | None = Field(default=None, description="Primary source of the payload.")
+    elapsed_ms: float = Field(default=0.0, ge=0, description="Tool wall time.")
+    cost: float = Field(default=0.0, ge=0, description="Tool cost units charged.")
+    tokens_in: int = Field(default=0, ge=0, description="Model tokens a model-backed tool consumed.")
+    tokens_out: int = Field(default=0, ge=0, description="Model tokens a model-backed tool produced.")
+    model: str | None = Field(default=None, description="Model behind a model-backed tool.")
+
+
+class Check(_Record):
+    """One named Verifier check."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class Verdict(_Record):
+    """The Verifier's judgement of one step; its failure_type and reason feed the next plan."""
+
+    step_id: int = Field(ge=0)
+    accepted: bool
+    checks: list[Check] = Field(default_factory=list, description="Checks run, in order.")
+    failure_type: FailureType | None = Field(default=None, description="Set when not accepted.")
+    reason: str = Field(default="", description="One sentence a Planner can act on.")
+    evidence: str = Field(default="", description="The accepted evidence, summarised.")
+    confidence: float = Field(default=0.0, ge=0.0, le=1.0)
+    next_action: NextAction = NextAction.continue_
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class Provenance(_Record):
+    tool: str
+    source: Source | None = None
+    step_id: int
+    model: str | None = None
+
+
+class MemoryItem(_Record):
+    """A unit of evidence (or a rejected attempt) carried between steps."""
+
+    id: str = Field(description="Unique within a run: 'step-3'.")
+    step_id: int
+    status: MemoryStatus
+    provenance: Provenance
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    supersedes: str | None = Field(default=None, description="Id of the item this one replaces.")
+    superseded_by: str | None = Field(default=None, description="Id of the item that replaced this one.")
+    sub_goal: str = Field(default="", description="What the step was for.")
+    content: Any = Field(default=None, description="The evidence payload (Result.data).")
+    failure_type: FailureType | None = None
+    reason: str = ""
+
+    def is_live(self, now: datetime) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+# --------------------------------------------------------------------------- answer
+
+
+class Citation(_Record):
+    claim: str = Field(description="The sentence of the answer this citation supports.")
+    step_id: int = Field(description="Step whose accepted evidence supports the claim.")
+    source: Source | None = Field(default=None, description="The evidence's source.")
+
+
+class RoleCost(_Record):
+    """Per-role totals for one run."""
+
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: float = 0.0
+    tool_ms: float = 0.0
+    rejections: int = 0
+
+
+class Answer(_Record):
+    """The run's outcome: text grounded in accepted evidence, or an honest non-answer."""
+
+    question_id: str = ""
+    question: str = ""
+    text: str = Field(description="The answer, or why there is none.")
+    citations: list[Citation] = Field(default_factory=list)
+    status: AnswerStatus
+    stop_reason: StopReason
+    budget_limit: BudgetLimit | None = Field(default=None, description="Which limit, when budget_exhausted.")
+    iterations: int = Field(default=0, ge=0, description="Planner turns taken.")
+    cost: dict[Role, RoleCost] = Field(default_factory=dict, description="Per-role cost summary.")
+    run_id: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+
+# --------------------------------------------------------------------------- trace
+
+
+class StepRecord(_Record):
+    """One module call; the steps table and every cost figure are computed from these."""
+
+    run_id: str
+    task_id: str
+    step_id: int
+    role: Role
+    model: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: float = 0.0
+    tool: str | None = None
+    tool_ms: float = 0.0
+    accepted: bool | None = None
+    failure_type: FailureType | None = None
+    detail: str = ""
+    ts: datetime = Field(default_factory=utcnow)
+    schema_version: int = SCHEMA_VERSION
+
+
+class ModelUsage(_Record):
+    """What one model call cost."""
+
+    model: str
+    tokens_in: int = Field(default=0, ge=0)
+    tokens_out: int = Field(default=0, ge=0)
+    latency_ms: float = Field(default=0.0, ge=0)
+
+
+class PlanOutcome(_Record):
+    """The Planner task's hand-off: a valid Plan, or why there is none (never enters memory)."""
+
+    plan: Plan | None = None
+    usage: ModelUsage | None = None
+    failure_type: FailureType | None = None
+    error: str | None = None
+    raw: str = Field(default="", description="The model's raw text, kept for the debug trace.")
+
+
+class GenerationOutcome(_Record):
+    """The Generator task's hand-off: answer text with checked citations."""
+
+    text: str
+    citations: list[Citation] = Field(default_factory=list)
+    usage: ModelUsage | None = None
+    failure_type: FailureType | None = None
+    error: str | None = None
+
+
+class Question(_Record):
+    """One line of a batch input file."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    answer: str | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_as_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) else v
+
+
+# --------------------------------------------------------------------------- model drafts
+# What a model is allowed to emit. Bounded lengths keep constrained decoding from running to
+# max_tokens (ENVIRONMENT.md: unbounded strings broke 1-2 outputs in 10).
+
+
+class PlanDraft(BaseModel):
+    """The Planner model's output; promoted to a Plan by the Planner module."""
+
+    model_config = ConfigDict(extra="forbid")
+    sub_goal: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, max_length=40)
+    tool_input: str = Field(default="", max_length=600)
+    expected_evidence: str = Field(default="", max_length=200)
+    success_criterion: str = Field(default="", max_length=200)
+    justification: str = Field(default="", max_length=200)
+
+
+class ClaimDraft(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    claim: str = Field(min_length=1, max_length=300)
+    step_id: int
+
+
+class AnswerDraft(BaseModel):
+    """The Generator model's output; citations are checked against accepted memory."""
+
+    model_config = ConfigDict(extra="forbid")
+    answer: str = Field(min_length=1, max_length=400)
+    claims: list[ClaimDraft] = Field(default_factory=list, max_length=4)
+
+
+def plan_draft_schema(tools: list[str]) -> dict[str, Any]:
+    """JSON schema for constrained Planner decoding, with the tool name as an enum."""
+    schema = PlanDraft.model_json_schema()
+    schema["properties"]["tool"] = {"type": "string", "enum": list(tools)}
+    schema["required"] = ["sub_goal", "tool", "tool_input", "justification"]
+    return schema
+
+
+def answer_draft_schema(step_ids: list[int]) -> dict[str, Any]:
+    """JSON schema for constrained Generator decoding; citations may only name accepted steps."""
+    claim = {
+        "type": "object",
+        "properties": {
+            "claim": {"type": "string", "minLength": 1, "maxLength": 300},
+            "step_id": {"type": "integer", "enum": list(step_ids)},
+        },
+        "required": ["claim", "step_id"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "answer": {"type": "string", "minLength": 1, "maxLength": 400},
+            "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": 4},
+        },
+        "required": ["answer", "claims"],
+        "additionalProperties": False,
+    }
+
+
+CONTRACTS: dict[str, type[BaseModel]] = {
+    "Plan": Plan,
+    "Result": Result,
+    "Verdict": Verdict,
+    "MemoryItem": MemoryItem,
+    "Answer": Answer,
+    "StepRecord": StepRecord,
+    "ToolCard": ToolCard,
+    "Question": Question,
+    "ModelUsage": ModelUsage,
+    "PlanOutcome": PlanOutcome,
+    "GenerationOutcome": GenerationOutcome,
+    "PlanDraft": PlanDraft,
+    "AnswerDraft": AnswerDraft,
+}
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """Every contract's JSON schema, by name (exported by `agentflow schemas`)."""
+    return {name: model.model_json_schema() for name, model in CONTRACTS.items()}

@@ -1,0 +1,136 @@
+"""EvolvingMemory: the records carried between steps, with a lifecycle and a debug trace.
+
+Only accepted (and labelled estimate) items are evidence. Rejected results and failure traces
+go to a separate debug trace that the Generator never reads. Status changes follow a table of
+legal transitions; an illegal one is refused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from tasks.contracts import (
+    FailureType,
+    MemoryItem,
+    MemoryStatus,
+    Plan,
+    Provenance,
+    Result,
+    Verdict,
+    utcnow,
+)
+
+
+class IllegalTransition(ValueError):
+    """A status change the memory lifecycle does not allow."""
+
+
+TRANSITIONS: dict[MemoryStatus, frozenset[MemoryStatus]] = {
+    MemoryStatus.estimate: frozenset({MemoryStatus.accepted, MemoryStatus.superseded, MemoryStatus.expired, MemoryStatus.rejected}),
+    MemoryStatus.accepted: frozenset({MemoryStatus.superseded, MemoryStatus.expired}),
+    MemoryStatus.superseded: frozenset(),
+    MemoryStatus.expired: frozenset(),
+    MemoryStatus.rejected: frozenset(),
+}
+
+EVIDENCE_STATUSES = frozenset({MemoryStatus.accepted, MemoryStatus.estimate})
+
+
+class EvolvingMemory:
+    """Evidence items of one run plus a debug trace of everything that was rejected."""
+
+    def __init__(self, evidence_ttl_s: float | None = None, clock=utcnow):
+        self._items: dict[str, MemoryItem] = {}
+        self._debug: list[MemoryItem] = []
+        self._ttl = evidence_ttl_s
+        self._clock = clock
+
+    # ------------------------------------------------------------------ writing
+
+    def record(self, plan: Plan, result: Result, verdict: Verdict) -> MemoryItem:
+        """Store one step. Accepted results become evidence; everything else goes to the debug trace.
+
+        What a model produced itself (a model-backed tool) is kept as an estimate, not as fact.
+        """
+        now = self._clock()
+        estimate = result.model is not None
+        item = MemoryItem(
+            id=f"step-{plan.step_id}",
+            step_id=plan.step_id,
+            status=(MemoryStatus.estimate if estimate else MemoryStatus.accepted) if verdict.accepted else MemoryStatus.rejected,
+            provenance=Provenance(tool=result.tool, source=result.source, step_id=plan.step_id, model=result.model),
+            created_at=now,
+            expires_at=now + timedelta(seconds=self._ttl) if (self._ttl and verdict.accepted) else None,
+            sub_goal=plan.sub_goal,
+            content=result.data if verdict.accepted else {"data": result.data, "error": result.error},
+            failure_type=verdict.failure_type,
+            reason=verdict.reason,
+        )
+        if item.status is MemoryStatus.rejected:
+            self._debug.append(item)
+        else:
+            self._items[item.id] = item
+        return item
+
+    def record_failure(self, step_id: int, tool: str, failure_type: FailureType, reason: str, content=None) -> MemoryItem:
+        """A failure that produced no Result (invalid plan, refused call): debug trace only."""
+        item = MemoryItem(
+            id=f"step-{step_id}-{failure_type.value}-{len(self._debug)}",
+            step_id=step_id,
+            status=MemoryStatus.rejected,
+            provenance=Provenance(tool=tool, step_id=step_id),
+            created_at=self._clock(),
+            content=content,
+            failure_type=failure_type,
+            reason=reason,
+        )
+        self._debug.append(item)
+        return item
+
+    def transition(self, item_id: str, new: MemoryStatus) -> MemoryItem:
+        item = self._items[item_id]
+        if new not in TRANSITIONS[item.status]:
+            raise IllegalTransition(f"{item_id}: {item.status.value} -> {new.value} is not allowed")
+        item.status = new
+        return item
+
+    def supersede(self, old_id: str, new_id: str) -> None:
+        """`new_id` replaces `old_id` (a newer source, a corrected value); both keep the link."""
+        if old_id == new_id:
+            raise IllegalTransition("an item cannot supersede itself")
+        new = self._items[new_id]
+        if new.status not in EVIDENCE_STATUSES:
+            raise IllegalTransition(f"{new_id} is {new.status.value}; only live evidence can supersede")
+        self.transition(old_id, MemoryStatus.superseded)
+        self._items[old_id].superseded_by = new_id
+        new.supersedes = old_id
+
+    def expire(self, now: datetime | None = None) -> list[str]:
+        """Mark evidence past its expires_at as expired; returns the ids that changed."""
+        now = now or self._clock()
+        changed = []
+        for item in self._items.values():
+            if item.status in EVIDENCE_STATUSES and not item.is_live(now):
+                self.transition(item.id, MemoryStatus.expired)
+                changed.append(item.id)
+        return changed
+
+    # ------------------------------------------------------------------ reading
+
+    def accepted_view(self, now: datetime | None = None) -> list[MemoryItem]:
+        """All the evidence a Planner or Generator may see: live accepted and estimate items."""
+        self.expire(now)
+        return [i.model_copy(deep=True) for i in self._items.values() if i.status in EVIDENCE_STATUSES]
+
+    def debug_trace(self) -> list[MemoryItem]:
+        """Rejected attempts and failures, for people and the Planner's feedback; never evidence."""
+        return [i.model_copy(deep=True) for i in self._debug]
+
+    def all_items(self) -> list[MemoryItem]:
+        return [i.model_copy(deep=True) for i in self._items.values()]
+
+    def get(self, item_id: str) -> MemoryItem:
+        return self._items[item_id].model_copy(deep=True)
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,80 @@
+"""Parquet table layouts (stable column names and types) and the rows built from contracts."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from tasks.contracts import Answer, Question, StepRecord
+
+ANSWERS_SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("task_id", pa.string()),
+    ("question", pa.string()),
+    ("gold_answer", pa.string()),
+    ("answer", pa.string()),
+    ("status", pa.string()),
+    ("stop_reason", pa.string()),
+    ("budget_limit", pa.string()),
+    ("iterations", pa.int32()),
+    ("citations", pa.string()),  # JSON list of {claim, step_id, source}
+    ("n_citations", pa.int32()),
+    ("tokens_in", pa.int64()),
+    ("tokens_out", pa.int64()),
+    ("latency_ms", pa.float64()),
+    ("tool_ms", pa.float64()),
+    ("cost_by_role", pa.string()),  # JSON {role: RoleCost}
+    ("schema_version", pa.int32()),
+])
+
+STEPS_SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("task_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("role", pa.string()),
+    ("model", pa.string()),
+    ("tokens_in", pa.int64()),
+    ("tokens_out", pa.int64()),
+    ("latency_ms", pa.float64()),
+    ("tool", pa.string()),
+    ("tool_ms", pa.float64()),
+    ("accepted", pa.bool_()),
+    ("failure_type", pa.string()),
+    ("detail", pa.string()),
+    ("ts", pa.timestamp("us", tz="UTC")),
+    ("schema_version", pa.int32()),
+])
+
+
+def answer_row(answer: Answer, question: Question) -> dict:
+    costs = answer.cost.values()
+    return {
+        "run_id": answer.run_id,
+        "task_id": question.id,
+        "question": question.question,
+        "gold_answer": question.answer,
+        "answer": answer.text,
+        "status": answer.status.value,
+        "stop_reason": answer.stop_reason.value,
+        "budget_limit": answer.budget_limit.value if answer.budget_limit else None,
+        "iterations": answer.iterations,
+        "citations": json.dumps([c.model_dump(mode="json") for c in answer.citations]),
+        "n_citations": len(answer.citations),
+        "tokens_in": sum(c.tokens_in for c in costs),
+        "tokens_out": sum(c.tokens_out for c in costs),
+        "latency_ms": sum(c.latency_ms for c in costs),
+        "tool_ms": sum(c.tool_ms for c in costs),
+        "cost_by_role": json.dumps({r.value: c.model_dump() for r, c in answer.cost.items()}),
+        "schema_version": answer.schema_version,
+    }
+
+
+def step_rows(records: list[StepRecord]) -> list[dict]:
+    rows = []
+    for r in records:
+        row = r.model_dump(mode="python")
+        row["role"] = r.role.value
+        row["failure_type"] = r.failure_type.value if r.failure_type else None
+        rows.append(row)
+    return rows
