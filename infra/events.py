@@ -28,6 +28,8 @@ class _LockedFile:
         with self._lock:
             self._fh.write(line + "\n")
 
+    debug = info = warning = error = critical = msg  # structlog proxies each level to a method
+
     def close(self) -> None:
         self._fh.close()
 

@@ -116,7 +116,12 @@ def parse_json_reply(text: str, model: type[T]) -> T:
     if start < 0 or end <= start:
         raise ParseError(f"no JSON object in reply: {text[:120]!r}")
     try:
-        return model.model_validate_json(cleaned[start : end + 1])
+        # strict=False: raw newlines inside strings (common in code) are data, not a broken reply.
+        payload = json.loads(cleaned[start : end + 1], strict=False)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"{model.__name__}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    try:
+        return model.model_validate(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "(root)"

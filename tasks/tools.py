@@ -6,6 +6,7 @@ returned inside a Result and nothing in it can change which tools exist or what 
 
 from __future__ import annotations
 
+import ast
 import time
 from functools import lru_cache
 from typing import Protocol
@@ -31,7 +32,8 @@ def _card_python(s: Settings) -> ToolCard:
     return ToolCard(
         name="python",
         description="Run a short Python 3 program and return what it prints. Use it for arithmetic, "
-        "counting and comparisons on values you already have. No network, no files outside its folder.",
+        "counting and comparisons on values you already have. No network, no files outside its folder. "
+        "Example tool_input: print(17 * 23)",
         input_schema={"type": "object", "properties": {"code": {"type": "string", "minLength": 1, "maxLength": 20000}},
                       "required": ["code"], "additionalProperties": False},
         output_schema={"type": "object", "properties": {"stdout": _STR, "stderr": _STR, "exit_code": {"type": ["integer", "null"]},
@@ -50,7 +52,7 @@ def _card_search(s: Settings) -> ToolCard:
     return ToolCard(
         name="search",
         description="Search the document collection with a short keyword query; returns the best passages "
-        "with their titles and dates.",
+        "with their titles and dates. Example tool_input: Lake Orvanne depth",
         input_schema={"type": "object", "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 300}},
                       "required": ["query"], "additionalProperties": False},
         output_schema={"type": "object", "properties": {"passages": {"type": "array", "items": passage}}, "required": ["passages"]},
@@ -92,7 +94,7 @@ class PythonTool:
         self.sandbox = make_sandbox(c.sandbox)
 
     def run(self, plan: Plan) -> Result:
-        out = self.sandbox.run_python(plan.args["code"], self.limits)
+        out = self.sandbox.run_python(echo_expression(plan.args["code"]), self.limits)
         status = ResultStatus(out.status)
         return Result(
             step_id=plan.step_id,
@@ -104,6 +106,15 @@ class PythonTool:
             elapsed_ms=out.elapsed_ms,
             cost=self.card.cost,
         )
+
+
+def echo_expression(code: str) -> str:
+    """A program that is a single expression prints its value, as in a REPL ('17 * 23' -> 391)."""
+    try:
+        ast.parse(code.strip(), mode="eval")
+    except SyntaxError:
+        return code
+    return f"_value = ({code.strip()})\nif _value is not None:\n    print(_value)\n"
 
 
 class SearchTool:

@@ -83,7 +83,7 @@ def test_unknown_tool_is_denied_by_the_executor():
 def test_token_budget_stops_the_loop_but_the_answer_still_fits(corpus_file):
     queries = [plan("search", f"Lake Orvanne depth {i}") for i in range(20)]
     s = scripted_settings(queries, [answer("212 metres", 1)], corpus=corpus_file,
-                          budget={"max_tokens": 9000, "max_steps": 20, "max_calls_per_role": {"planner": 20, "executor": 20, "verifier": 20, "generator": 1}, "max_model_calls": 40})
+                          budget={"max_tokens": 9000, "max_steps": 20, "max_calls_per_role": {"planner": 20, "executor": 20, "verifier": 20, "generator": 1}, "max_model_calls": 40, "max_tool_cost": 100})
     out = _run(s)
     assert out.answer.stop_reason is StopReason.budget_exhausted
     assert out.answer.budget_limit is BudgetLimit.tokens
@@ -149,3 +149,13 @@ def test_budget_is_never_exceeded(corpus_file, script, max_tokens, max_calls, ma
                     else s.tools.generalist.cost for r in recs if r.role is Role.executor and r.tool in ("python", "search", "generalist"))
     assert tool_cost <= b.max_tool_cost + 1e-9
     assert out.answer.status is not AnswerStatus.answered or out.answer.stop_reason is StopReason.answered
+
+
+def test_a_bare_expression_prints_its_value_and_newlines_in_code_are_data():
+    code_with_newline = '{"sub_goal": "multiply", "tool": "python", "tool_input": "x = 17\n23 * x", "justification": "j"}'
+    s = scripted_settings([plan("python", "17 * 23"), code_with_newline, plan("answer")], [answer("391", 1)])
+    out = _run(s, Question(id="m", question="What is 17 * 23?"))
+    view = out.memory.accepted_view()
+    assert view[0].content["stdout"].strip() == "391"
+    ran = [r for r in out.records if r.role is Role.executor]
+    assert len(ran) == 2  # the reply with a raw newline inside a string was parsed, not rejected
