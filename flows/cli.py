@@ -18,12 +18,11 @@ app = typer.Typer(help="AgentFlow: modular, measurable research agents.", no_arg
 out = Console()
 err = Console(stderr=True)
 
-try:
-    from flows.world_cli import world_app
+from flows.data_cli import data_app  # noqa: E402
+from flows.world_cli import world_app  # noqa: E402
 
-    app.add_typer(world_app, name="world")
-except ImportError:  # pragma: no cover - the world generator is optional at import time
-    pass
+app.add_typer(world_app, name="world")
+app.add_typer(data_app, name="data")
 
 
 def _prepare_env() -> None:
@@ -36,6 +35,9 @@ def _prepare_env() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from infra.events import configure_process_logging
+
+    configure_process_logging(os.environ.get("AGENTFLOW_LOG_LEVEL", "warning"))
 
 
 def _fail(message: str, code: int = 2) -> None:

@@ -85,3 +85,20 @@ class BoundRunLog:
 
     def warning(self, name: str, **fields: Any) -> None:
         self._logger.warning(name, **fields)
+
+
+def configure_process_logging(level: str = "warning") -> None:
+    """Library events (model loads, retries, sandbox fallbacks) go to stderr, never stdout.
+
+    Run events go to each run's own file through RunLog; this only sets where module-level
+    `structlog.get_logger()` calls print, so `--json` output on stdout stays machine-readable.
+    """
+    import logging
+
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )

@@ -36,7 +36,7 @@ class ModelConfig(_Section):
     max_tokens: int = Field(default=256, ge=1, description="Most output tokens per call.")
     max_input_tokens: int = Field(default=1536, ge=16, description="Most prompt tokens per call; longer prompts are refused.")
     n_ctx: int = Field(default=2048, ge=256, description="embedded: context window.")
-    n_threads: int | None = Field(default=None, description="embedded: CPU threads (default: all cores).")
+    n_threads: int | None = Field(default=None, description="embedded: CPU threads (default: half the cores, at most 8).")
     seed: int | None = Field(default=None)
     timeout_s: float = Field(default=120.0, gt=0, description="Longest one call may take.")
     max_transport_retries: int = Field(default=1, ge=0, le=5, description="openai: bounded, logged retries on 429/5xx.")
@@ -116,6 +116,22 @@ class MemoryConfig(_Section):
     view_chars: int = Field(default=2400, ge=200, description="Most characters of evidence shown to a model.")
 
 
+class VerifierConfig(_Section):
+    """How steps are judged: deterministic checks, an LLM judge (models.verifier), or checks first then the judge."""
+
+    mode: Literal["deterministic", "llm", "hybrid"] = Field(
+        default="hybrid", description="hybrid: checks first, the judge only for what they cannot decide (no judge "
+        "configured: as deterministic); llm: the judge decides every well-formed step.")
+    recompute: bool = Field(default=True, description="Re-run deterministic python steps in the sandbox and compare output.")
+    max_source_age_days: float | None = Field(default=None, ge=0, description="Sources older than this before as_of are stale.")
+    judge_confidence_cap: float = Field(default=0.5, ge=0.0, le=1.0,
+                                        description="Most confidence when the judge shares a model with the Planner or Executor.")
+    undecided: Literal["accept", "reject"] = Field(
+        default="accept", description="What passes when checks cannot decide and no judge is asked (accepted at low confidence).")
+    on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(
+        default="replan", description="Next action when a result contradicts accepted memory: seek a tie-breaking source, or stop.")
+
+
 class StorageConfig(_Section):
     out: str = Field(default="runs", description="Local directory or s3://bucket/prefix for results.")
     s3_endpoint_url: str | None = Field(default=None, description="Custom S3 endpoint (MinIO, moto).")
@@ -135,6 +151,7 @@ class Settings(BaseSettings):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     seed: int = 0
