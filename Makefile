@@ -37,7 +37,25 @@ test-fast: env
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: env
-	$(BIN)/python -m flows.bench --out bench-results/bench.json
+	$(BIN)/python -m flows.bench run --out bench/results.json
+
+PREFECT_PORT ?= 4200
+.PHONY: serve
+# A local Prefect server (UI: http://127.0.0.1:$(PREFECT_PORT)), the `local` process work pool and a worker
+# polling it, until Ctrl-C. Then, in another shell:
+#   PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(BIN)/prefect --no-prompt deploy --name batch-research
+serve: env
+	@export PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api; \
+	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT) & server=$$!; \
+	trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq 240); do \
+	  $(BIN)/python -c "import urllib.request as u; u.build_opener(u.ProxyHandler({})).open('$$PREFECT_API_URL/health', timeout=2)" \
+	    2>/dev/null && break; \
+	  kill -0 $$server 2>/dev/null || { echo "serve: the Prefect server exited"; exit 1; }; sleep 0.5; \
+	done; \
+	$(BIN)/prefect work-pool create local --type process --overwrite >/dev/null && \
+	echo "serve: API $$PREFECT_API_URL, work pool 'local'; starting a worker (Ctrl-C stops both)" && \
+	$(BIN)/prefect worker start --pool local
 
 clean:
 	rm -rf runs .prefect bench-results .pytest_cache

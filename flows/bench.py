@@ -1,9 +1,14 @@
-"""`make bench`: side-by-side measurements written as JSON (ratios from one run, not absolute claims).
+"""`make bench`: side-by-side measurements in one run, written as JSON (ratios, not absolute claims).
 
-- orchestration: the same scripted batch with module calls as Prefect tasks vs plain calls;
-- embedded model: one Planner call's latency and output tokens per second;
-- sandbox: one Python call under each available isolation mechanism;
-- search: query latency over a generated corpus.
+- orchestration: the same questions and the same scripted model (an OpenAI-compatible server with a
+  fixed latency per call, in a Ray model-server actor) through the batch flow on Prefect + Ray
+  (tool actors, model router) vs the research loop called directly with in-process tools;
+- throughput: tool-bound questions (a python program that waits) through the system at
+  concurrency 1, 2 and 4;
+- embedded model: tokens/s on the same prompts through the system (the embedded backend inside
+  Prefect tasks; the llama.cpp server in a Ray actor via the openai backend) vs raw llama.cpp;
+- sandbox and search: per-call latencies.
+`python -m flows.bench serve-scripted --port P` serves the scripted research model on its own.
 """
 
 from __future__ import annotations
@@ -11,14 +16,77 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
-bench_app = typer.Typer(add_completion=False)
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+SCRIPTED_LATENCY_MS = 50.0
+RUN_PREFIX = "Run:"  # a question "Run: <code>" makes the scripted planner call python with <code>
+
+
+# ------------------------------------------------------------------------------ the scripted research model
+
+
+def _plan(tool: str, tool_input: str = "") -> str:
+    return json.dumps({"sub_goal": f"use {tool}", "tool": tool, "tool_input": tool_input, "justification": "scripted"})
+
+
+def scripted_reply(messages: list[dict[str, Any]]) -> str:
+    """A deterministic research model: plan one tool call, then answer from its evidence, citing it.
+
+    The role is read from the system prompt; the first step is python for "Run: <code>" questions,
+    else a search for the question text.
+    """
+    system = str(messages[0].get("content") or "").lower() if messages else ""
+    user = str(messages[-1].get("content") or "") if messages else ""
+    if "planner" in system:
+        m = re.search(r"Question: (.*)", user)
+        question = m.group(1).strip() if m else user[:200]
+        if "<evidence" in user:
+            return _plan("answer")
+        if question.startswith(RUN_PREFIX):
+            return _plan("python", question[len(RUN_PREFIX):].strip())
+        return _plan("search", question[:200])
+    if "final answer" in system:
+        blocks = re.findall(r'<evidence step="(\d+)"[^>]*>\n(.*?)\n', user)
+        if not blocks:
+            return json.dumps({"answer": "No verified evidence.", "claims": []})
+        step, text = blocks[-1]
+        text = text.lstrip("- ").removeprefix("printed: ")[:200] or "see evidence"
+        return json.dumps({"answer": text, "claims": [{"claim": text, "step_id": int(step)}]})
+    if "check one step" in system:
+        return json.dumps({"verdict": "accept", "failure_type": "none", "reason": "scripted"})
+    return "I do not know."
+
+
+def scripted_server_config(latency_ms: float = SCRIPTED_LATENCY_MS, replicas: int = 1, roles: list[str] | None = None,
+                           **fields: Any) -> dict[str, Any]:
+    """A ray.model_servers entry that runs the scripted research model in model-server actors."""
+    return {"engine": "command", "model": "scripted", "replicas": replicas, "num_cpus": 0,
+            "roles": roles or ["planner", "generator", "generalist"],
+            "command": ["{python}", "-m", "flows.bench", "serve-scripted", "--host", "{host}", "--port", "{port}",
+                        "--latency-ms", str(latency_ms)], "startup_timeout_s": 60, "health_interval_s": 0.5, **fields}
+
+
+@bench_app.command("serve-scripted")
+def serve_scripted(host: str = "127.0.0.1", port: int = 8000, latency_ms: float = SCRIPTED_LATENCY_MS) -> None:
+    """Serve the scripted research model (OpenAI-compatible) until killed."""
+    from infra.model_server import ScriptedModelServer
+
+    server = ScriptedModelServer(scripted_reply, latency_ms=latency_ms, host=host, port=port)
+    print(f"scripted model at {server.base_url}", flush=True)
+    server.httpd.serve_forever()
+
+
+# ------------------------------------------------------------------------------ helpers
 
 
 def _timed(fn, repeat: int) -> list[float]:
@@ -34,60 +102,211 @@ def _summary(samples: list[float]) -> dict:
     return {"median_s": statistics.median(samples), "min_s": min(samples), "n": len(samples)}
 
 
-def bench_orchestration(work: Path, n_questions: int) -> dict:
-    from flows.batch import InputReport, batch_research, run_batch
-    from flows.research import DIRECT_STEPS
-    from infra.models import clear_backend_cache
-    from infra.settings import ModelConfig, load_settings
+def _write_questions(path: Path, questions: list[str], prefix: str) -> list:
     from tasks.contracts import Question
 
-    corpus = work / "corpus.jsonl"
-    corpus.write_text(json.dumps({"id": "d1", "title": "Lake Orvanne", "text": "Lake Orvanne is 212 metres deep."}) + "\n")
-    qfile = work / "q.jsonl"
-    qs = [Question(id=f"q{i}", question="How deep is Lake Orvanne?") for i in range(n_questions)]
-    qfile.write_text("".join(q.model_dump_json() + "\n" for q in qs))
-    plan = lambda tool, arg="": json.dumps({"sub_goal": "s", "tool": tool, "tool_input": arg, "justification": "j"})
-    settings = load_settings(None, None, **{
-        "models.planner": ModelConfig(backend="scripted", script=[plan("search", "Lake Orvanne"), plan("answer")]).model_dump(),
-        "models.generator": ModelConfig(backend="scripted", script=['{"answer": "212", "claims": [{"claim": "212", "step_id": 1}]}']).model_dump(),
-        "tools.search.corpus": str(corpus), "tools.allow": ["search"], "storage.out": str(work / "out"),
-    })
-    clear_backend_cache()
-    t0 = time.perf_counter()
-    run_batch(InputReport(questions=qs), settings, "direct", log_dir=str(work / "logs"), progress=False, steps=DIRECT_STEPS)
-    direct = time.perf_counter() - t0
-    clear_backend_cache()
-    t0 = time.perf_counter()
-    batch_research(str(qfile), settings, "warmup", limit=1, log_dir=str(work / "logs"), progress=False)
-    warm = time.perf_counter() - t0  # includes the temporary Prefect server's start
-    clear_backend_cache()
-    t0 = time.perf_counter()
-    batch_research(str(qfile), settings, "prefect", log_dir=str(work / "logs"), progress=False)
-    prefect = time.perf_counter() - t0
-    calls = n_questions * 5
-    return {"questions": n_questions, "module_calls": calls, "direct_s": direct, "prefect_s": prefect,
-            "prefect_first_flow_s": warm, "prefect_over_direct": prefect / direct,
-            "prefect_overhead_per_module_call_ms": (prefect - direct) / calls * 1000}
+    qs = [Question(id=f"{prefix}{i:03d}", question=q) for i, q in enumerate(questions)]
+    path.write_text("".join(q.model_dump_json() + "\n" for q in qs))
+    return qs
 
 
-def bench_embedded(repeat: int) -> dict:
+def _corpus(work: Path) -> Path:
+    from infra.world import generate_world, write_world
+
+    world = generate_world(seed=0, n_questions=60, split="train")
+    write_world(world, work / "world")
+    return work / "world"
+
+
+class _System:
+    """Ray joined, the scripted model server running in an actor; settings for direct and system runs."""
+
+    def __init__(self, work: Path, latency_ms: float):
+        from infra.model_server import start_model_servers
+        from infra.ray_runtime import ensure_ray
+        from infra.settings import load_settings
+
+        self.work = work
+        world = _corpus(work)
+        self.world_questions = [json.loads(line)["question"] for line in (world / "questions.jsonl").read_text().splitlines()]
+        ray_cfg = {"enabled": True, "sandbox": {"actors": 4}, "model_servers": {"scripted": scripted_server_config(latency_ms)}}
+        base = {"tools.search.corpus": str(world / "corpus.jsonl"), "tools.allow": ["search", "python"],
+                "verifier.recompute": False, "budget.max_steps": 4, "storage.out": str(work / "out")}
+        t0 = time.perf_counter()
+        self.system = load_settings(None, None, **base, ray=ray_cfg)
+        ensure_ray(self.system.ray)
+        self.ray_init_s = time.perf_counter() - t0
+        router = start_model_servers(self.system.ray)["scripted"]
+        self.model_server_start_s = time.perf_counter() - t0 - self.ray_init_s
+        with router.lease() as url:
+            self.base_url = url
+        model = {"backend": "openai", "base_url": self.base_url, "model": "scripted", "max_transport_retries": 0}
+        self.direct = load_settings(None, None, **base, **{f"models.{r}": model for r in ("planner", "generator", "generalist")})
+
+    def direct_batch(self, qs: list, run_id: str, concurrency: int) -> float:
+        from flows.batch import InputReport, run_batch
+        from flows.research import DIRECT_STEPS
+
+        t0 = time.perf_counter()
+        s = run_batch(InputReport(questions=qs), self.direct, run_id, log_dir=str(self.work / "logs"), progress=False,
+                      steps=DIRECT_STEPS, concurrency=concurrency)
+        assert s.done == len(qs), s
+        return time.perf_counter() - t0
+
+    def system_batch(self, qfile: Path, run_id: str, concurrency: int, module_tasks: bool = True, limit: int | None = None) -> float:
+        from flows.batch import batch_research
+
+        settings = self.system.model_copy(update={"batch": self.system.batch.model_copy(
+            update={"concurrency": concurrency, "module_tasks": module_tasks})})
+        t0 = time.perf_counter()
+        s = batch_research(str(qfile), settings, run_id, limit=limit, log_dir=str(self.work / "logs"), progress=False)
+        assert s.done == (limit or s.done) and s.failed == 0, s
+        return time.perf_counter() - t0
+
+
+def _answered(work: Path, run_id: str) -> int:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(work / "out" / run_id / "answers").to_pylist()
+    return sum(1 for r in rows if r["status"] == "answered")
+
+
+# ------------------------------------------------------------------------------ the benchmarks
+
+
+def bench_orchestration(sys_: _System, n_questions: int, repeat: int) -> dict:
+    """Batch wall time, Prefect+Ray / direct, same questions and scripted model; median of `repeat` alternating runs."""
+    qs = _write_questions(sys_.work / "orch.jsonl", sys_.world_questions[:n_questions], "o")
+    qfile = sys_.work / "orch.jsonl"
+    t0 = time.perf_counter()
+    sys_.system_batch(qfile, "warmup", 1, limit=2)  # the Prefect API's start, actors' first calls
+    warmup = time.perf_counter() - t0
+    out: dict[str, Any] = {"questions": n_questions, "scripted_latency_ms": SCRIPTED_LATENCY_MS,
+                           "prefect_ray_startup_s": round(warmup + sys_.ray_init_s + sys_.model_server_start_s, 2)}
+    for concurrency in (1, 4):
+        runs: dict[str, list[float]] = {"direct": [], "module_tasks": [], "question_tasks": []}
+        for r in range(repeat):
+            runs["direct"].append(sys_.direct_batch(qs, f"direct-c{concurrency}-{r}", concurrency))
+            runs["module_tasks"].append(sys_.system_batch(qfile, f"mod-c{concurrency}-{r}", concurrency, True))
+            runs["question_tasks"].append(sys_.system_batch(qfile, f"q-c{concurrency}-{r}", concurrency, False))
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        out[f"concurrency_{concurrency}"] = {
+            "direct_s": round(med["direct"], 3),
+            "prefect_ray_module_tasks_s": round(med["module_tasks"], 3),
+            "prefect_ray_question_tasks_s": round(med["question_tasks"], 3),
+            "ratio_module_tasks": round(med["module_tasks"] / med["direct"], 3),
+            "ratio_question_tasks": round(med["question_tasks"] / med["direct"], 3),
+            "answered": {"direct": _answered(sys_.work, f"direct-c{concurrency}-0"),
+                         "system": _answered(sys_.work, f"mod-c{concurrency}-0")},
+            "samples_s": {k: [round(x, 3) for x in v] for k, v in runs.items()},
+        }
+    # Decomposition: a flow run's fixed cost (a resumed run with nothing left to do: flow run, checks,
+    # artifacts) and the cost per question on top of the direct loop; their ratio as batches grow.
+    fixed = statistics.median(sys_.system_batch(qfile, "mod-c1-0", 1) for _ in range(repeat))
+    c1 = out["concurrency_1"]
+    direct_q = c1["direct_s"] / n_questions
+    out["fixed_per_flow_run_s"] = round(fixed, 3)
+    for kind in ("module_tasks", "question_tasks"):
+        per_q = max(0.0, (c1[f"prefect_ray_{kind}_s"] - c1["direct_s"] - fixed) / n_questions)
+        out[f"per_question_overhead_ms_{kind}"] = round(per_q * 1000, 2)
+        out[f"ratio_{kind}_large_batches"] = round((direct_q + per_q) / direct_q, 3)
+    out["overhead_ratio"] = c1["ratio_module_tasks"]  # the default configuration, concurrency 1, this batch size
+    out["target"] = "<= 1.05"
+    return out
+
+
+def bench_throughput(sys_: _System, n_questions: int, wait_s: float) -> dict:
+    """Questions per second through Prefect+Ray at concurrency 1, 2, 4 on tool-bound questions."""
+    code = f"import time; time.sleep({wait_s}); print(sum(range(100000)))"
+    out: dict[str, Any] = {"questions": n_questions, "tool": f"python, waits {wait_s}s", "sandbox_actors": 4}
+    qfile = sys_.work / "tool.jsonl"
+    _write_questions(qfile, [f"{RUN_PREFIX} {code}  # {i}" for i in range(n_questions)], "t")
+    base = None
+    for c in (1, 2, 4):
+        wall = sys_.system_batch(qfile, f"tool-c{c}", c, True)
+        qps = n_questions / wall
+        base = base or qps
+        out[f"concurrency_{c}"] = {"wall_s": round(wall, 3), "questions_per_s": round(qps, 3),
+                                   "speedup": round(qps / base, 2), "answered": _answered(sys_.work, f"tool-c{c}")}
+    return out
+
+
+EMBED_PROMPTS = ["How deep is Lake Orvanne?", "What is 17 * 23?", "Who founded Velt Corporation?",
+                 "What is the capital of France?", "How tall is Mount Kelbra?", "When did the Velt merger close?"]
+
+
+def _embed_messages(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "You plan research steps. Describe the next step in one or two sentences."},
+            {"role": "user", "content": f"Question: {question}\nNext step:"}]
+
+
+def bench_embedded(max_tokens: int, rounds: int) -> dict:
+    """Tokens/s on the same prompts (greedy, same threads): raw llama.cpp vs the system's two embedded paths."""
+    from prefect import flow, task
+    from prefect.cache_policies import NO_CACHE
+
+    from infra.model_server import start_model_servers
     from infra.models import build_backend
-    from infra.settings import ModelConfig
-    from tasks.contracts import plan_draft_schema
+    from infra.models.embedded import _construct_llama, default_threads, locate_embedded_model
+    from infra.settings import ModelConfig, RayConfig
 
-    cfg = ModelConfig(max_tokens=96)
-    t0 = time.perf_counter()
+    path, threads = locate_embedded_model(), default_threads()
+    prompts = EMBED_PROMPTS * rounds
+
+    def rate(samples: list[tuple[int, float]]) -> dict:
+        tokens, wall = sum(s[0] for s in samples), sum(s[1] for s in samples)
+        return {"tokens_out": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 2)}
+
+    raw_llama = _construct_llama(path, 2048, threads)  # the same construction (and AMX guard) as the backend
+    raw_llama.create_chat_completion(_embed_messages("warm up"), max_tokens=8, temperature=0.0)
+    raw = []
+    for q in prompts:
+        t0 = time.perf_counter()
+        r = raw_llama.create_chat_completion(_embed_messages(q), max_tokens=max_tokens, temperature=0.0)
+        raw.append((r["usage"]["completion_tokens"], time.perf_counter() - t0))
+    raw_llama.close()
+
+    cfg = ModelConfig(backend="embedded", max_tokens=max_tokens, temperature=0.0, n_threads=threads)
     backend = build_backend(cfg)
-    load_s = time.perf_counter() - t0
-    messages = [{"role": "system", "content": "You plan research steps. Reply with JSON."},
-                {"role": "user", "content": "Question: How deep is Lake Orvanne? Next step as JSON:"}]
-    schema = plan_draft_schema(["search", "python", "answer"])
-    rows = []
-    for _ in range(repeat):
-        c = backend.complete(messages, json_schema=schema, max_tokens=96, temperature=0.7)
-        rows.append((c.latency_ms / 1000, c.tokens_out))
-    return {"load_s": load_s, "planner_call_median_s": statistics.median(r[0] for r in rows),
-            "tokens_out_per_s": sum(r[1] for r in rows) / sum(r[0] for r in rows), "n": repeat}
+
+    @task(name="model_call", cache_policy=NO_CACHE)
+    def call(q: str) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        c = backend.complete(_embed_messages(q), max_tokens=max_tokens, temperature=0.0)
+        return c.tokens_out, time.perf_counter() - t0
+
+    @flow(name="bench-embedded")
+    def through_prefect() -> list[tuple[int, float]]:
+        call("warm up")
+        out = []
+        for q in prompts:  # wall time around the task call: the task's own overhead counts
+            t0 = time.perf_counter()
+            n, _ = call(q)
+            out.append((n, time.perf_counter() - t0))
+        return out
+
+    system = through_prefect()
+
+    ray_cfg = RayConfig(enabled=True, model_servers={"llama": {"engine": "llama_cpp", "replicas": 1, "num_cpus": 0,
+                                                               "n_threads": threads, "model": "smollm2"}})
+    router = start_model_servers(ray_cfg)["llama"]
+    with router.lease() as url:
+        server_backend = build_backend(ModelConfig(backend="openai", base_url=url, model="smollm2", max_tokens=max_tokens,
+                                                   temperature=0.0, timeout_s=300))
+        server_backend.complete(_embed_messages("warm up"), max_tokens=8, temperature=0.0)
+        served = []
+        for q in prompts:
+            t0 = time.perf_counter()
+            c = server_backend.complete(_embed_messages(q), max_tokens=max_tokens, temperature=0.0)
+            served.append((c.tokens_out, time.perf_counter() - t0))
+    out = {"model": path.name, "n_threads": threads, "max_tokens": max_tokens, "prompts": len(prompts),
+           "raw_llama_cpp": rate(raw), "embedded_backend_in_prefect_tasks": rate(system),
+           "llama_server_in_ray_actor": rate(served)}
+    out["ratio_embedded_in_prefect"] = round(out["embedded_backend_in_prefect_tasks"]["tokens_per_s"] / out["raw_llama_cpp"]["tokens_per_s"], 3)
+    out["ratio_ray_model_server"] = round(out["llama_server_in_ray_actor"]["tokens_per_s"] / out["raw_llama_cpp"]["tokens_per_s"], 3)
+    out["same_tokens"] = [s[0] for s in raw] == [s[0] for s in system]
+    out["target"] = ">= 0.9"
+    return out
 
 
 def bench_sandbox(repeat: int) -> dict:
@@ -107,32 +326,66 @@ def bench_search(work: Path, repeat: int) -> dict:
     from infra.world import generate_world, write_world
 
     world = generate_world(seed=0, n_questions=200, split="train")
-    write_world(world, work / "world")
+    write_world(world, work / "world200")
     t0 = time.perf_counter()
-    index = SearchIndex.from_jsonl(work / "world" / "corpus.jsonl")
+    index = SearchIndex.from_jsonl(work / "world200" / "corpus.jsonl")
     build = time.perf_counter() - t0
-    questions = [json.loads(l)["question"] for l in (work / "world" / "questions.jsonl").read_text().splitlines()][:repeat]
+    questions = [json.loads(l)["question"] for l in (work / "world200" / "questions.jsonl").read_text().splitlines()][:repeat]
     samples = _timed(lambda it=iter(questions * 2): index.search(next(it), k=3), len(questions))
     return {"documents": len(index), "index_build_s": build, "query": _summary(samples)}
 
 
-@bench_app.command()
-def main(out: Path = typer.Option(Path("bench-results/bench.json")), questions: int = 20, repeat: int = 5) -> None:
-    """Run every benchmark and write one JSON file."""
+def _prepare_env(work: Path) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    os.environ.setdefault("PREFECT_HOME", str(work / "prefect"))
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    from infra.events import configure_process_logging
+    from infra.ray_runtime import LOOPBACK_ENV, _with_loopback
+
+    for k, v in LOOPBACK_ENV.items():
+        os.environ.setdefault(k, v)
+    os.environ["no_proxy"] = os.environ["NO_PROXY"] = _with_loopback(os.environ.get("no_proxy"))
+    configure_process_logging("error")
+
+
+@bench_app.command("run")
+def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 40, repeat: int = 2,
+         tool_questions: int = 12, tool_wait_s: float = 0.5, embed_tokens: int = 64, embed_rounds: int = 2,
+         only: list[str] = typer.Option([], help="Run only these benchmarks (orchestration, throughput, embedded, sandbox, search).")) -> None:
+    """Run the benchmarks and write one JSON file."""
+    result: dict[str, Any] = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "command": " ".join(["python -m flows.bench", *sys.argv[1:]])}
     with tempfile.TemporaryDirectory(prefix="agentflow-bench-") as tmp:
         work = Path(tmp)
-        for name, fn in [("orchestration", lambda: bench_orchestration(work, questions)),
-                         ("embedded_model", lambda: bench_embedded(repeat)),
-                         ("sandbox", lambda: bench_sandbox(repeat)),
-                         ("search", lambda: bench_search(work, 50))]:
+        _prepare_env(work)
+        system: list[_System] = []
+
+        def sys_() -> _System:
+            if not system:
+                system.append(_System(work, SCRIPTED_LATENCY_MS))
+            return system[0]
+
+        benches = [("orchestration", lambda: bench_orchestration(sys_(), questions, repeat)),
+                   ("throughput", lambda: bench_throughput(sys_(), tool_questions, tool_wait_s)),
+                   ("embedded_model", lambda: bench_embedded(embed_tokens, embed_rounds)),
+                   ("sandbox", lambda: bench_sandbox(5)),
+                   ("search", lambda: bench_search(work, 50))]
+        for name, fn in benches:
+            if only and name not in only:
+                continue
             typer.echo(f"bench: {name} ...", err=True)
+            t0 = time.perf_counter()
             try:
                 result[name] = fn()
             except Exception as exc:  # one broken benchmark must not hide the others
                 result[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            typer.echo(f"bench: {name} {time.perf_counter() - t0:.1f}s", err=True)
+        from infra.ray_runtime import shutdown_ray
+
+        shutdown_ray()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     typer.echo(json.dumps(result, indent=2))

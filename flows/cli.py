@@ -19,10 +19,16 @@ out = Console()
 err = Console(stderr=True)
 
 from flows.data_cli import data_app  # noqa: E402
+from flows.verifier_eval import verifier_eval_app  # noqa: E402
 from flows.world_cli import world_app  # noqa: E402
 
 app.add_typer(world_app, name="world")
 app.add_typer(data_app, name="data")
+app.add_typer(verifier_eval_app, name="verifier-eval")
+
+from flows.evaluate import eval_command  # noqa: E402
+
+app.command("eval")(eval_command)
 
 
 def _prepare_env() -> None:
@@ -146,7 +152,10 @@ def batch(
     set_: list[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
     limit: Optional[int] = typer.Option(None, min=1, help="Only the first N questions."),
     skip_bad_lines: bool = typer.Option(False, help="Skip malformed input lines (reported) instead of aborting."),
-    run_id: Optional[str] = typer.Option(None, help="Run id; an existing one resumes, skipping finished questions."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", "--resume",
+                                         help="Run id; an existing one resumes, skipping finished questions."),
+    concurrency: Optional[int] = typer.Option(None, min=1, max=256,
+                                              help="Questions researched at the same time (default: batch.concurrency)."),
     log_dir: Path = typer.Option(Path("runs/logs"), help="Where the run's JSON event log goes."),
 ) -> None:
     """Research every question of INPUT as tasks of one Prefect flow run; write answers and steps as Parquet."""
@@ -159,6 +168,8 @@ def batch(
         _fail(str(exc))
     for skipped in report.skipped:
         err.print(f"skipped {input}: {skipped}", highlight=False)
+    if concurrency is not None:
+        set_ = [*set_, f"batch.concurrency={concurrency}"]
     settings = _settings(config, corpus, set_, out_dir)
     _preflight(settings)
     run_id = run_id or _new_run_id()

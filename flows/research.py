@@ -106,7 +106,9 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             if stop:
                 break
             step_id = policy.steps
-            outcome = steps.plan_step(q, memory.accepted_view(), feedback, step_id, tid, settings, deadline())
+            view = memory.accepted_view()
+            planner_view = view[-1:] if settings.memory.planner_view == "last" else view  # modular-nomem ablation
+            outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline())
             ledger.planner(step_id, outcome)
             if outcome.plan is None:  # an invalid plan never enters memory
                 feedback = _rejection(step_id, outcome.failure_type, outcome.error or "no plan")
@@ -134,7 +136,9 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             t0 = time.perf_counter()
             verdict = steps.verify_step(plan, result, memory.accepted_view(), tid, settings)
             ledger.verifier(plan, verdict, (time.perf_counter() - t0) * 1000)
-            memory.record(plan, result, verdict)  # only accepted results become evidence
+            item = memory.record(plan, result, verdict)  # only accepted results become evidence
+            if verdict.accepted and verdict.supersedes:  # a newer source replaces an older accepted item
+                memory.supersede(verdict.supersedes, item.id)
             feedback = None if verdict.accepted else verdict
             stop = policy.note_verdict(verdict)
     except Exception as exc:  # a bug or an unreachable backend ends this question, not the batch

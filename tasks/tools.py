@@ -11,9 +11,10 @@ import time
 from functools import lru_cache
 from typing import Protocol
 
+from infra.actors import ActorCallError
 from infra.models import build_backend
 from infra.models.base import ModelError
-from infra.sandbox import SandboxLimits, make_sandbox
+from infra.sandbox import Sandbox, SandboxLimits, make_sandbox
 from infra.search import cached_index
 from infra.settings import Settings
 from tasks.contracts import Plan, Result, ResultStatus, Source, ToolCard
@@ -91,7 +92,7 @@ class PythonTool:
         self.card = _card_python(settings)
         self.limits = SandboxLimits(timeout_s=c.timeout_s, memory_mb=c.memory_mb,
                                     max_output_bytes=c.max_output_bytes, max_processes=c.max_processes)
-        self.sandbox = make_sandbox(c.sandbox)
+        self.sandbox = python_sandbox(settings)
 
     def run(self, plan: Plan) -> Result:
         out = self.sandbox.run_python(echo_expression(plan.args["code"]), self.limits)
@@ -106,6 +107,25 @@ class PythonTool:
             elapsed_ms=out.elapsed_ms,
             cost=self.card.cost,
         )
+
+
+def python_sandbox(settings: Settings) -> Sandbox:
+    """Where python programs run: a pool of Ray sandbox actors when settings.ray.enabled, else this process."""
+    if settings.ray.enabled:
+        from infra.actors import SandboxPool
+
+        return SandboxPool.connect(settings.ray, settings.tools.python.sandbox)
+    return make_sandbox(settings.tools.python.sandbox)
+
+
+def search_index(settings: Settings):
+    """The corpus's index: its Ray search actor when settings.ray.enabled, else built once in this process."""
+    corpus = settings.tools.search.corpus
+    if settings.ray.enabled:
+        from infra.actors import RemoteSearchIndex
+
+        return RemoteSearchIndex.connect(settings.ray, corpus)
+    return cached_index(corpus)
 
 
 def echo_expression(code: str) -> str:
@@ -123,13 +143,17 @@ class SearchTool:
         if not c.corpus:
             raise ToolUnavailable("search needs tools.search.corpus (a JSONL file) or --corpus")
         self.card = _card_search(settings)
-        self.index = cached_index(c.corpus)
+        self.index = search_index(settings)
         self.top_k = c.top_k
         self.max_chars = c.max_passage_chars
 
     def run(self, plan: Plan) -> Result:
         t0 = time.perf_counter()
-        passages = self.index.search(plan.args["query"], k=self.top_k, max_chars=self.max_chars)
+        try:
+            passages = self.index.search(plan.args["query"], k=self.top_k, max_chars=self.max_chars)
+        except ActorCallError as exc:  # the search actor died or is restarting: a failed step, not a crash
+            return Result(step_id=plan.step_id, tool="search", status=ResultStatus.error, error=str(exc),
+                          elapsed_ms=(time.perf_counter() - t0) * 1000, cost=self.card.cost)
         top = passages[0] if passages else None
         return Result(
             step_id=plan.step_id,

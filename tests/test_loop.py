@@ -159,3 +159,16 @@ def test_a_bare_expression_prints_its_value_and_newlines_in_code_are_data():
     assert view[0].content["stdout"].strip() == "391"
     ran = [r for r in out.records if r.role is Role.executor]
     assert len(ran) == 2  # the reply with a raw newline inside a string was parsed, not rejected
+
+
+def test_memory_off_ablation_shows_the_planner_only_the_last_step(corpus_file):
+    import infra.models as models
+
+    script = [plan("search", "Lake Orvanne"), plan("search", "Mount Kelbra"), plan("search", "Velt Corporation"), plan("answer")]
+    for mode, sees_first_doc in (("all", True), ("last", False)):
+        clear_backend_cache()
+        s = scripted_settings(script, [answer("x", 1)], corpus=corpus_file, **{"memory.planner_view": mode})
+        _run(s)
+        fourth_prompt = models.build_backend(s.models.planner).requests[3]["messages"][-1]["content"]
+        assert ("Lake Orvanne is 212" in fourth_prompt) is sees_first_doc
+        assert "Velt Corporation was founded" in fourth_prompt

@@ -1,9 +1,13 @@
 """The OpenAI-compatible backend: any server speaking /v1/chat/completions (vLLM, Ollama,
 llama.cpp's server, hosted APIs) through the `openai` client.
 
-- The API key is read from the environment variable named by `ModelConfig.api_key_env` (the
-  config never holds the key, and the key is never logged). Local servers usually need none; a
-  placeholder is sent then.
+- The API key comes from the Prefect Secret block named by `ModelConfig.api_key_secret_block`
+  when that is set (a block that cannot be loaded is a ModelError, never a silent fallback), else
+  from the environment variable named by `ModelConfig.api_key_env`. The config never holds the
+  key. The key is registered with `infra.events.register_secret`, so every log scrubs it, and it
+  is removed from every ModelError message (servers that echo request headers in error bodies
+  cannot leak it into logs, Parquet or CLI output); such errors carry no exception chain either.
+  Local servers usually need no key; a placeholder is sent then.
 - The client's own retries are off (max_retries=0). We retry 429 / 5xx / connection errors
   ourselves, at most `max_transport_retries` times and only while the call's time allows, each
   retry logged as a structlog event `model_transport_retry`. `last_retries` holds the count of
@@ -31,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from infra.events import redact, register_secret, secret_values
 from infra.models.base import Completion, ModelError, PromptTooLong
 from infra.settings import ModelConfig
 
@@ -70,6 +75,26 @@ def _is_format_rejection(exc: Exception, request: dict[str, Any]) -> bool:
     return status == 500 and "response_format" in str(exc)
 
 
+def resolve_api_key(config: ModelConfig) -> str | None:
+    """The key for `config`: its Prefect Secret block if named, else its env var, else None.
+
+    Errors name the block or variable, never a value.
+    """
+    if config.api_key_secret_block:
+        name = config.api_key_secret_block
+        try:
+            from prefect.blocks.system import Secret
+
+            value = Secret.load(name).get()
+        except Exception as exc:  # missing block, no Prefect API, wrong block type
+            raise ModelError(f"cannot load the API key from Prefect Secret block {name!r} "
+                             f"(models.<role>.api_key_secret_block): {type(exc).__name__}") from None
+        if not isinstance(value, str) or not value:
+            raise ModelError(f"Prefect Secret block {name!r} does not hold a non-empty string")
+        return value
+    return os.environ.get(config.api_key_env) or None
+
+
 def _retry_after_s(exc: Exception) -> float | None:
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
@@ -101,8 +126,11 @@ class OpenAIBackend:
         self.name = f"openai:{config.model}"
         self.base_url = config.base_url
         self._openai = openai
-        api_key = os.environ.get(config.api_key_env) or PLACEHOLDER_API_KEY
-        self.api_key_from_env = api_key != PLACEHOLDER_API_KEY
+        key = resolve_api_key(config)
+        register_secret(key)  # every log of this process scrubs it from now on
+        self._secrets = [key] if key else []
+        api_key = key or PLACEHOLDER_API_KEY
+        self.api_key_from_env = key is not None and not config.api_key_secret_block
         self._client = openai.OpenAI(
             base_url=config.base_url,
             api_key=api_key,
@@ -134,12 +162,15 @@ class OpenAIBackend:
             ) from exc
         except openai.APIConnectionError as exc:
             raise ModelError(
-                f"model endpoint {self.base_url} is unreachable ({_short(exc.__cause__ or exc, 160)}); is the server "
+                f"model endpoint {self.base_url} is unreachable ({self._short(exc.__cause__ or exc, 160)}); is the server "
                 "running and base_url right?"
             ) from exc
 
     def close(self) -> None:
         self._client.close()
+
+    def _short(self, exc: BaseException, limit: int = 300) -> str:
+        return _short(exc, limit, [*self._secrets, *secret_values((self.config.api_key_env,))])
 
     # -- one HTTP attempt ------------------------------------------------------------
     def _create(self, request: dict[str, Any], timeout: float) -> Any:
@@ -159,7 +190,7 @@ class OpenAIBackend:
                     f"model endpoint {self.base_url} did not answer within {remaining:.1f}s"
                 ) from exc
             except openai.APIConnectionError as exc:
-                reason: str = f"connection error: {_short(exc.__cause__ or exc, 160)}"
+                reason: str = f"connection error: {self._short(exc.__cause__ or exc, 160)}"
                 retry_after = None
                 failure: Exception = exc
                 status = None
@@ -264,13 +295,13 @@ class OpenAIBackend:
                             status=exc.status_code,
                             next=kinds[i + 1],
                         )
-        except openai.APIStatusError as exc:
+        except openai.APIStatusError as exc:  # the body may echo our headers: scrubbed, and no chain
             raise ModelError(
                 f"model endpoint {self.base_url} refused the request: HTTP {exc.status_code}: "
-                f"{_short(exc)}"
-            ) from exc
+                f"{self._short(exc)}"
+            ) from None
         except openai.APIError as exc:  # anything else from the client (bad payload, ...)
-            raise ModelError(f"model call to {self.base_url} failed: {_short(exc)}") from exc
+            raise ModelError(f"model call to {self.base_url} failed: {self._short(exc)}") from None
         finally:
             with self._lock:
                 self.calls += 1
@@ -299,6 +330,7 @@ class OpenAIBackend:
         )
 
 
-def _short(exc: Exception, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
+def _short(exc: Exception, limit: int = 300, secrets: list[str] | None = None) -> str:
+    """One line of an exception's text, keys scrubbed (before truncation, so no key is cut in half)."""
+    text = redact(" ".join(str(exc).split()), secrets)
     return text if len(text) <= limit else text[: limit - 3] + "..."

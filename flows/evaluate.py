@@ -1,0 +1,535 @@
+"""Evaluation: systems x seeds x questions of one benchmark as ONE Prefect flow run; Parquet, summary, report.
+
+Every system runs under the same Settings (same Budget, same tools, same models); a seed changes the
+sampling seed of every model config. Each finished (system, seed, question) is written at once as
+part files keyed by that triple (steps and evidence first, the results row last), so a re-run with
+the same --out skips what is done and an interrupted evaluation loses nothing. At the end the parts
+are gathered into ``results.parquet``, ``steps.parquet`` and ``evidence.parquet``, and
+``summary.json``, ``report.html`` and one ``traces/<unit>.html`` per row are (re)written.
+
+Layout of --out::
+
+    data/                  the prepared benchmark, when --data was a raw datasets directory
+    parts/{results,steps,evidence}/part-<system>.s<seed>.<question>.parquet
+    settings/<system>.seed<seed>.yaml      the resolved settings each system ran under, per seed
+    logs/<system>.s<seed>.jsonl            JSON events of the runs
+    results.parquet steps.parquet evidence.parquet summary.json report.html traces/
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _local_prefect_defaults() -> None:
+    """Prefect reads its settings when first imported, and the CLI imports this module to register
+    `agentflow eval`: keep the CLI's local, quiet, offline defaults (flows/cli.py) ahead of that."""
+    home = Path(os.environ.get("AGENTFLOW_HOME", ".")).resolve()
+    os.environ.setdefault("PREFECT_HOME", str(home / ".prefect"))
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+_local_prefect_defaults()
+
+import hashlib  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+from typing import Any, Optional  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import typer  # noqa: E402
+from prefect import flow, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from infra.benchmarks import Benchmark, DatasetError, ensure_backends, load_prepared, prepare  # noqa: E402
+from infra.events import RunLog  # noqa: E402
+from infra.settings import Settings, dump_settings  # noqa: E402
+from infra.storage import ResultStore, safe_key  # noqa: E402
+from tasks.attribution import Attribution, Evidence, attribute, evidence_from_memory  # noqa: E402
+from tasks.contracts import Answer, AnswerStatus, Question, Role, StopReason  # noqa: E402
+from tasks.metrics import ROLES, outcome_counts, summarize  # noqa: E402
+from tasks.scorers import score_question  # noqa: E402
+from tasks.systems import SYSTEMS, SystemOptions, SystemUnavailable, parse_systems, system_settings  # noqa: E402
+from tasks.tables import STEPS_SCHEMA, step_rows  # noqa: E402
+
+RESULT_VERSION = 1
+"""Version of the results/steps/evidence layouts below; bump when a column changes meaning."""
+
+_KEY = [("system", pa.string()), ("seed", pa.int64()), ("question_id", pa.string())]
+
+RESULTS_SCHEMA = pa.schema([
+    *_KEY,
+    ("unit", pa.string()),              # <system>.s<seed>.<question_id>: the part key
+    ("benchmark", pa.string()),
+    ("run_id", pa.string()),
+    ("question", pa.string()),
+    ("gold", pa.string()),
+    ("prediction", pa.string()),        # the Answer text
+    ("extracted", pa.string()),         # what the scorer read out of it
+    ("correct", pa.bool_()),
+    ("score", pa.float64()),            # graded value: token F1 for QA, else 1.0/0.0
+    ("score_detail", pa.string()),
+    ("status", pa.string()),
+    ("stop_reason", pa.string()),
+    ("budget_limit", pa.string()),
+    ("iterations", pa.int32()),
+    ("n_citations", pa.int32()),
+    ("tokens_in", pa.int64()),
+    ("tokens_out", pa.int64()),
+    *[(f"tokens_{r}", pa.int64()) for r in ROLES],
+    ("tokens_total", pa.int64()),
+    ("model_calls", pa.int32()),
+    ("latency_s", pa.float64()),        # wall time of the whole run of this question
+    ("model_latency_ms", pa.float64()),
+    ("tool_ms", pa.float64()),
+    ("tool_calls", pa.int32()),
+    ("wrong_tool_calls", pa.int32()),
+    ("missing_evidence", pa.int32()),
+    ("verifier_calls", pa.int32()),
+    ("verifier_rejections", pa.int32()),
+    ("attribution_module", pa.string()),
+    ("attribution_cause", pa.string()),
+    ("attribution_step", pa.int32()),
+    ("attribution_detail", pa.string()),
+    ("trace", pa.string()),             # relative link to traces/<unit>.html
+    ("error", pa.string()),             # a system that raised (the row is then failed)
+    ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("result_version", pa.int32()),
+])
+
+STEPS_EVAL_SCHEMA = pa.schema([*_KEY, *STEPS_SCHEMA])
+
+EVIDENCE_SCHEMA = pa.schema([
+    *_KEY,
+    ("step_id", pa.int32()),
+    ("tool", pa.string()),
+    ("status", pa.string()),
+    ("text", pa.string()),
+    ("failure_type", pa.string()),
+    ("reason", pa.string()),
+])
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot start as asked; the message says why."""
+
+
+@dataclass
+class EvalSummary:
+    out: str
+    benchmark: str
+    systems: list[str]
+    seeds: list[int]
+    questions: int
+    done: int
+    skipped_existing: int
+    wall_s: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, name: str) -> str:
+        return f"{self.out}/{name}"
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def unit_key(system: str, seed: int, question_id: str) -> str:
+    return f"{system}.s{seed}.{question_id}"
+
+
+def trace_href(unit: str) -> str:
+    """Where a unit's trace page lives, relative to report.html."""
+    return f"traces/{safe_key(unit)}.html"
+
+
+def resolve_data(benchmark: str, data: str | Path, out: str | Path) -> Path:
+    """A prepared benchmark directory: ``data`` itself when it holds a manifest.json, else the whole
+    benchmark prepared from the raw datasets directory ``data`` into ``out/data`` (whole, as `agentflow
+    data prepare` does: --limit then takes the first questions, and the corpus is the same either way)."""
+    d = Path(data)
+    if (d / "manifest.json").is_file():
+        meta = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+        if benchmark and meta.get("benchmark") != benchmark:
+            raise EvalError(f"{d} holds the prepared benchmark {meta.get('benchmark')!r}, not {benchmark!r}")
+        return d
+    if not d.is_dir():
+        raise EvalError(f"--data {str(d)!r} is not a directory")
+    return prepare(benchmark, d, Path(out) / "data")  # same files, same bytes: a resumed run finds the same data
+
+
+def load_questions(data_dir: Path, limit: int | None) -> Benchmark:
+    bench = load_prepared(data_dir)
+    if limit is not None:
+        bench.questions = bench.questions[:limit]
+    if not bench.questions:
+        raise EvalError(f"{data_dir}: no questions")
+    return bench
+
+
+def with_data(settings: Settings, data_dir: Path) -> Settings:
+    """The benchmark's corpus as the search tool's corpus; no corpus, no search tool."""
+    s = settings.model_copy(deep=True)
+    corpus = Path(data_dir) / "corpus.jsonl"
+    if corpus.is_file():
+        s.tools.search.corpus = str(corpus.resolve())
+    else:
+        s.tools.allow = [t for t in s.tools.allow if t != "search"]
+    return s
+
+
+def seeded(settings: Settings, seed: int) -> Settings:
+    """The settings with ``seed`` as the run seed and the sampling seed of every model config."""
+    s = settings.model_copy(deep=True)
+    s.seed = seed
+    for role in ("planner", "generator", "verifier", "generalist"):
+        cfg = getattr(s.models, role)
+        if cfg is not None:
+            cfg.seed = seed
+    return s
+
+
+def seed_values(settings: Settings, seeds: int) -> list[int]:
+    """K seeds: settings.seed, settings.seed + 1, ..."""
+    if seeds < 1:
+        raise EvalError(f"--seeds must be at least 1, got {seeds}")
+    return [settings.seed + k for k in range(seeds)]
+
+
+def fingerprint(bench: Benchmark, settings: Settings) -> dict[str, str]:
+    """What must not change between runs resumed in one --out: the questions and the configuration
+    (logging and storage aside). --limit may change: it takes a prefix of the same questions."""
+    files = bench.meta.get("files") or {}
+    config = settings.model_dump(mode="json", exclude={"logging", "storage"})
+    config["tools"]["search"]["corpus"] = files.get("corpus.jsonl")  # its content, not where it lies
+    return {"benchmark": bench.name,
+            "questions_sha256": files.get("questions.jsonl") or _sha(json.dumps(bench.questions, sort_keys=True)),
+            "settings_sha256": _sha(json.dumps(config, sort_keys=True))}
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def claim_output(store: ResultStore, bench: Benchmark, settings: Settings) -> None:
+    """Record the fingerprint in eval.json, or refuse an --out that holds a different evaluation."""
+    mine = fingerprint(bench, settings)
+    if store.fs.exists(f"{store.root}/eval.json"):
+        theirs = json.loads(store.read_text("eval.json"))
+        differs = [k for k in mine if theirs.get(k) != mine[k]]
+        if differs:
+            raise EvalError(f"{store.uri} holds an evaluation with a different {', '.join(differs)}; "
+                            "resume it with the same benchmark, data and configuration, or use a new --out")
+        return
+    store.write_text("eval.json", json.dumps(mine, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- one unit
+
+
+@dataclass
+class UnitResult:
+    row: dict[str, Any]
+    steps: list[dict[str, Any]]
+    evidence: list[dict[str, Any]]
+
+
+def _failed_answer(question: Question, run_id: str, exc: Exception) -> Answer:
+    return Answer(question_id=question.id, question=question.question,
+                  text=f"Stopped before answering (error): {type(exc).__name__}: {exc}"[:2000],
+                  status=AnswerStatus.failed, stop_reason=StopReason.error, run_id=run_id)
+
+
+def run_unit(system: str, seed: int, record: dict, settings: Settings, *, run_id: str, log: RunLog | None,
+             options: SystemOptions) -> UnitResult:
+    """Run one question with one system and seed; score it, attribute a failure, build the rows."""
+    question = Question.model_validate(record)
+    records, evidence, error = [], [], None
+    t0 = time.perf_counter()
+    try:
+        outcome = SYSTEMS[system](question, settings, run_id=run_id, log=log, options=options)
+        answer, records = outcome.answer, outcome.records
+        evidence = evidence_from_memory(outcome.memory)
+    except SystemUnavailable:
+        raise
+    except Exception as exc:  # a system that raises fails this question, not the evaluation
+        answer, error = _failed_answer(question, run_id, exc), f"{type(exc).__name__}: {exc}"
+    latency_s = time.perf_counter() - t0
+    score = score_question(record, answer.text, status=answer.status.value)
+    attribution = attribute(question=record, answer=answer, records=records, evidence=evidence,
+                            correct=score.correct, tools=settings.tools.allow, extracted=score.extracted)
+    row = result_row(system, seed, record, answer, records, evidence, score, attribution, latency_s, error)
+    key = dict(system=system, seed=seed, question_id=question.id)
+    steps = [{**key, **r} for r in step_rows(records)]
+    ev = [{**key, "step_id": e.step_id, "tool": e.tool, "status": e.status, "text": e.text[:20000],
+           "failure_type": e.failure_type, "reason": e.reason} for e in evidence]
+    return UnitResult(row=row, steps=steps, evidence=ev)
+
+
+def result_row(system: str, seed: int, record: dict, answer: Answer, records: list, evidence: list[Evidence], score,
+               attribution: Attribution | None, latency_s: float, error: str | None) -> dict[str, Any]:
+    """One results.parquet row."""
+    cost = answer.cost
+    by_role = {r.value: (cost[r].tokens_in + cost[r].tokens_out) if r in cost else 0 for r in Role}
+    counts = outcome_counts(records, answer.text, [c.step_id for c in answer.citations],
+                            [e.step_id for e in evidence if e.accepted])
+    unit = unit_key(system, seed, str(record["id"]))
+    gold = record.get("answer")
+    return {
+        "system": system, "seed": seed, "question_id": str(record["id"]), "unit": unit,
+        "benchmark": record.get("benchmark"), "run_id": answer.run_id,
+        "question": record["question"], "gold": None if gold is None else str(gold),
+        "prediction": answer.text, "extracted": score.extracted, "correct": score.correct, "score": score.value,
+        "score_detail": score.detail, "status": answer.status.value, "stop_reason": answer.stop_reason.value,
+        "budget_limit": answer.budget_limit.value if answer.budget_limit else None,
+        "iterations": answer.iterations, "n_citations": len(answer.citations),
+        "tokens_in": sum(c.tokens_in for c in cost.values()), "tokens_out": sum(c.tokens_out for c in cost.values()),
+        **{f"tokens_{r}": by_role[r] for r in ROLES}, "tokens_total": sum(by_role.values()),
+        "model_calls": sum(1 for r in records if r.model), "latency_s": latency_s,
+        "model_latency_ms": sum(r.latency_ms for r in records if r.model),
+        "tool_ms": sum(c.tool_ms for c in cost.values()),
+        **counts,
+        "attribution_module": attribution.module if attribution else None,
+        "attribution_cause": attribution.cause if attribution else None,
+        "attribution_step": attribution.step_id if attribution else None,
+        "attribution_detail": attribution.detail if attribution else None,
+        "trace": trace_href(unit), "error": error,
+        "finished_at": datetime.now(timezone.utc), "result_version": RESULT_VERSION,
+    }
+
+
+@task(name="evaluate_question", retries=0, cache_policy=NO_CACHE,
+      task_run_name="eval-{system}-s{seed}-{question_id}")
+def evaluate_question(system: str, seed: int, question_id: str, record: dict, settings: Settings, run_id: str,
+                      log_path: str | None, options: SystemOptions) -> UnitResult:
+    """One question with one system and seed, scored and attributed."""
+    log = RunLog(log_path, run_id=run_id, console=False, level=settings.logging.level) if log_path else None
+    try:
+        return run_unit(system, seed, record, settings, run_id=run_id, log=log, options=options)
+    finally:
+        if log:
+            log.close()
+
+
+# --------------------------------------------------------------------------- the flow
+
+
+@flow(name="evaluate", flow_run_name="evaluate-{benchmark}", retries=0, log_prints=False)
+def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str, settings: Settings,
+             limit: Optional[int] = None, adapter: Optional[str] = None, progress: bool = True,
+             prefect_tasks: bool = True) -> EvalSummary:
+    """Evaluate ``systems`` on ``benchmark`` over ``seeds`` seeds; write results, summary and report under ``out``."""
+    options = SystemOptions(prefect_tasks=prefect_tasks, adapter=adapter)
+    names = parse_systems(systems, options)  # refuses unknown or unavailable systems before anything runs
+    data_dir = resolve_data(benchmark, data, out)
+    bench = load_questions(data_dir, limit)
+    ensure_backends(bench, available=[])  # no web-search backend exists yet: Bamboogle is refused here
+    base = with_data(settings, data_dir)
+    seed_list = seed_values(base, seeds)
+    store = ResultStore(out, s3_endpoint_url=settings.storage.s3_endpoint_url)
+    claim_output(store, bench, base)
+    log_dir = Path(out) / "logs" if store.local else Path("runs") / "logs" / safe_key(out)
+    per_seed = {(n, s): system_settings(n, seeded(base, s)) for n in names for s in seed_list}
+    for (n, s), cfg in per_seed.items():
+        store.write_text(f"settings/{n}.seed{s}.yaml", dump_settings(cfg))
+    total = len(names) * len(seed_list) * len(bench.questions)
+    done = existing = 0
+    started = time.perf_counter()
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]evaluate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[correct]}"), TextColumn("{task.description}"), console=console,
+                  disable=not progress, transient=False) as bar:
+        job = bar.add_task("", total=total, correct="")
+        right = 0
+        for s in seed_list:
+            for n in names:
+                run_id = f"{safe_key(Path(out).name or 'eval')}-{n}-s{s}"
+                for record in bench.questions:
+                    qid = str(record["id"])
+                    unit = unit_key(n, s, qid)
+                    if store.has_part("parts/results", unit):
+                        existing += 1
+                        bar.advance(job)
+                        continue
+                    bar.update(job, description=unit)
+                    result = evaluate_question(n, s, qid, record, per_seed[(n, s)], run_id,
+                                               str(log_dir / f"{n}.s{s}.jsonl"), options)
+                    # steps and evidence first: a results part marks the unit finished
+                    store.write_part("parts/steps", unit, result.steps, STEPS_EVAL_SCHEMA)
+                    store.write_part("parts/evidence", unit, result.evidence, EVIDENCE_SCHEMA)
+                    store.write_part("parts/results", unit, [result.row], RESULTS_SCHEMA)
+                    done += 1
+                    right += int(result.row["correct"])
+                    bar.update(job, advance=1, correct=f"{right}/{done} right")
+    wall_s = time.perf_counter() - started
+    summary = finish(store, bench, names, seed_list, data_dir, limit, wall_s, done, existing)
+    publish_artifact(bench.name, summary, store.location("report.html"))
+    return EvalSummary(out=store.uri, benchmark=bench.name, systems=names, seeds=seed_list,
+                       questions=len(bench.questions), done=done, skipped_existing=existing, wall_s=wall_s,
+                       summary=summary)
+
+
+def _rows(store: ResultStore, table: str, schema: pa.Schema, keep: set[str]) -> pa.Table:
+    got = store.read_table(f"parts/{table}")
+    if got.num_rows == 0:
+        return schema.empty_table()
+    units = pa.array([unit_key(s, int(d), q) for s, d, q in zip(got["system"].to_pylist(), got["seed"].to_pylist(),
+                                                                 got["question_id"].to_pylist())])
+    mask = pa.array([u in keep for u in units.to_pylist()])
+    return got.filter(mask).select(schema.names).cast(schema)
+
+
+def _put(store: ResultStore, name: str, payload: bytes) -> None:
+    """Write a file at the top of the result location (temporary name, then rename)."""
+    final = f"{store.root}/{name}"
+    tmp = f"{store.root}/.tmp-{uuid.uuid4().hex}"
+    store.fs.pipe_file(tmp, payload)
+    store.fs.mv(tmp, final)
+
+
+def finish(store: ResultStore, bench: Benchmark, systems: list[str], seeds: list[int], data_dir: Path,
+           limit: int | None, wall_s: float, done: int, existing: int) -> dict[str, Any]:
+    """Gather this evaluation's units into the top-level tables; write summary.json, report and traces."""
+    from flows.report import write_report
+
+    keep = {unit_key(n, s, str(q["id"])) for n in systems for s in seeds for q in bench.questions}
+    tables = {"results": _rows(store, "results", RESULTS_SCHEMA, keep),
+              "steps": _rows(store, "steps", STEPS_EVAL_SCHEMA, keep),
+              "evidence": _rows(store, "evidence", EVIDENCE_SCHEMA, keep)}
+    for name, t in tables.items():
+        buf = io.BytesIO()
+        pq.write_table(t.sort_by([("system", "ascending"), ("seed", "ascending"), ("question_id", "ascending")]), buf)
+        _put(store, f"{name}.parquet", buf.getvalue())
+    rows = tables["results"].to_pylist()
+    summary = summarize(rows, systems)
+    summary["run"] = {
+        "benchmark": bench.name, "data": str(data_dir), "systems": systems, "seeds": seeds, "limit": limit,
+        "questions": len(bench.questions), "units": len(rows), "run_now": done, "done_earlier": existing,
+        "wall_s_this_invocation": round(wall_s, 3),
+        "wall_s_of_runs": round(sum(float(r["latency_s"]) for r in rows), 3),
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "settings": [f"settings/{n}.seed{s}.yaml" for n in systems for s in seeds],
+        "files": {"results": "results.parquet", "steps": "steps.parquet", "evidence": "evidence.parquet",
+                  "report": "report.html"},
+    }
+    store.write_text("summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_report(store, rows, tables["steps"].to_pylist(), tables["evidence"].to_pylist(), summary)
+    return summary
+
+
+def publish_artifact(benchmark: str, summary: dict[str, Any], report: str) -> None:
+    """The per-system table as a Prefect table artifact under a stable key (for people, in the UI)."""
+    from prefect.artifacts import create_table_artifact
+    from prefect.context import FlowRunContext
+
+    if FlowRunContext.get() is None:
+        return
+    rows = []
+    for name, m in summary["systems"].items():
+        a, ci = m["accuracy"], m["accuracy"]["ci95"] or [None, None]
+        rows.append({"system": name, "accuracy": a["mean"], "std": a["std"], "ci95_low": ci[0], "ci95_high": ci[1],
+                     "tokens_per_question": m["tokens"]["per_question"], "latency_p50_s": m["latency_s"]["p50"],
+                     "latency_p95_s": m["latency_s"]["p95"], "mean_iterations": m["mean_iterations"],
+                     "wrong_tool_calls": m["wrong_tool_calls"], "missing_evidence": m["missing_evidence"],
+                     "verifier_rejection_rate": m["verifier_rejection_rate"]})
+    key = "evaluate-" + "".join(c if c.isalnum() else "-" for c in benchmark.lower())
+    create_table_artifact(rows, key=key, description=f"Evaluation of {benchmark}; report: {report}")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def eval_command(
+    benchmark: str = typer.Option(..., "--benchmark", help="Benchmark name (see `agentflow data list`)."),
+    data: Path = typer.Option(..., "--data", help="A prepared benchmark directory (`agentflow data prepare`), or the "
+                                                  "raw datasets directory, prepared on the fly into OUT/data."),
+    systems: str = typer.Option("direct,monolithic,modular", "--systems",
+                                help=f"Comma-separated systems: {', '.join(SYSTEMS)}."),
+    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per system (each model config's sampling seed)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
+    out: str = typer.Option(..., "--out", help="Result directory (or s3://bucket/prefix); re-running resumes."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Run configuration (YAML/JSON)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
+    adapter: Optional[str] = typer.Option(None, "--adapter", help="modular-trained: the trained Planner adapter."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar."),
+) -> None:
+    """Evaluate systems on a benchmark under one budget and tool set; write results.parquet, summary.json, report.html."""
+    from flows.cli import _prepare_env, _preflight
+
+    _prepare_env()
+    err = Console(stderr=True)
+
+    def fail(message: str, code: int = 2) -> None:
+        err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+        raise typer.Exit(code)
+
+    from rich.markup import escape
+
+    from infra.benchmarks import BackendRequiredError
+    from infra.settings import ConfigError, load_settings
+
+    try:
+        settings = load_settings(config, set_)
+    except ConfigError as exc:
+        fail(escape(str(exc)))
+    try:
+        names = parse_systems(systems, SystemOptions(adapter=adapter))
+        data_dir = resolve_data(benchmark, data, out)
+        bench = load_questions(data_dir, limit)
+        ensure_backends(bench, available=[])
+    except (SystemUnavailable, EvalError, DatasetError, BackendRequiredError, KeyError) as exc:
+        fail(escape(str(exc).strip("'\"")))
+    settings = with_data(settings, data_dir)
+    try:
+        claim_output(ResultStore(out, s3_endpoint_url=settings.storage.s3_endpoint_url), bench, settings)
+    except EvalError as exc:
+        fail(escape(str(exc)))
+    if seeds > 1 and settings.models.planner.temperature == 0:
+        err.print("note: the planner's temperature is 0, so seeds change nothing for greedy decoding", highlight=False)
+    _preflight(settings)
+    t0 = time.perf_counter()
+    wide = Console(width=None if Console().is_terminal else 120)  # logs and CI get the whole table
+    result = evaluate(benchmark, str(data_dir), names, seeds, out, settings, limit=limit, adapter=adapter,
+                      progress=progress)
+    wide.print(summary_table(result))
+    wide.print(stop_lines(result), highlight=False)
+    wide.print(f"{result.done} run now, {result.skipped_existing} done earlier; wall time {time.perf_counter() - t0:.1f} s\n"
+                    f"results: {result.path('results.parquet')}\nsummary: {result.path('summary.json')}\n"
+                    f"report:  {result.path('report.html')}", highlight=False)
+
+
+def summary_table(result: EvalSummary) -> Table:
+    """Per-system results as a rich table (the figures of summary.json; the report has them all)."""
+    s = result.summary
+    table = Table(title=f"{result.benchmark}: {result.questions} questions x {len(result.seeds)} seeds")
+    for col in ("system", "accuracy", "95% CI", "tokens/q", "p50/p95 s", "iters", "wrong tools", "no evid.", "rej."):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for name, m in s["systems"].items():
+        a, lat, rej = m["accuracy"], m["latency_s"], m["verifier_rejection_rate"]
+        ci = a["ci95"]
+        table.add_row(name, f"{a['mean']:.2f}±{a['std']:.2f}", f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-",
+                      f"{m['tokens']['per_question']:.0f}", f"{lat['p50']:.1f}/{lat['p95']:.1f}",
+                      f"{m['mean_iterations']:.1f}", str(m["wrong_tool_calls"]), str(m["missing_evidence"]),
+                      f"{rej:.2f}" if rej is not None else "-")
+    return table
+
+
+def stop_lines(result: EvalSummary) -> str:
+    """Stop reasons and failure attribution per system, one line each."""
+    lines = []
+    for name, m in result.summary["systems"].items():
+        stops = ", ".join(f"{k} {v}" for k, v in m["stop_reasons"].items())
+        failed = ", ".join(f"{k} {v}" for k, v in m["failure_attribution"].items() if v) or "none"
+        lines.append(f"{name}: stops {stops}; failed in {failed}")
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""The systems an evaluation compares, by name: one Settings (same Budget, same tools), one outcome type.
+
+A SystemFn is ``fn(question, settings, *, run_id, log=None, options=SystemOptions()) -> ResearchOutcome``.
+
+- ``direct``: the Generator-role model answers in one call, no tools (tasks/direct.py);
+- ``monolithic``: one ReAct context, the Planner's model does everything (tasks/monolithic.py);
+- ``modular``: the AgentFlow loop (flows/research.py);
+- ``modular-nomem``: the loop with the Planner seeing only the latest evidence (memory.planner_view="last");
+- ``modular-trained``: the loop with a trained Planner adapter. Loading adapters arrives with the
+  Flow-GRPO work; until then it refuses (SystemUnavailable), never running the untrained Planner
+  under this name.
+
+The modular systems import the loop from flows/ when called, as tasks/monolithic.py does for the
+shared outcome type: the registry lives with the other systems, the loop stays a flow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from infra.events import RunLog
+from infra.settings import Settings
+from tasks.contracts import Question
+from tasks.direct import run_direct
+from tasks.monolithic import run_monolithic
+
+
+class SystemUnavailable(ValueError):
+    """A system name that is unknown or cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class SystemOptions:
+    """How a system runs (not what it is): the loop's module calls as Prefect tasks, a trained adapter."""
+
+    prefect_tasks: bool = True
+    adapter: str | None = None
+
+
+SystemFn = Callable[..., "object"]  # (question, settings, *, run_id, log, options) -> flows.research.ResearchOutcome
+
+
+def _direct(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+            options: SystemOptions = SystemOptions()):
+    return run_direct(question, settings, run_id=run_id, log=log)
+
+
+def _monolithic(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+                options: SystemOptions = SystemOptions()):
+    return run_monolithic(question, settings, run_id=run_id, log=log)
+
+
+def _modular(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+             options: SystemOptions = SystemOptions()):
+    from flows.research import DIRECT_STEPS, PREFECT_STEPS, research
+
+    return research(question, settings, run_id=run_id, log=log,
+                    steps=PREFECT_STEPS if options.prefect_tasks else DIRECT_STEPS)
+
+
+def _modular_nomem(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+                   options: SystemOptions = SystemOptions()):
+    return _modular(question, system_settings("modular-nomem", settings), run_id=run_id, log=log, options=options)
+
+
+def _modular_trained(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+                     options: SystemOptions = SystemOptions()):
+    check_system("modular-trained", options)  # always raises until adapters can be loaded
+    raise SystemUnavailable("modular-trained: not supported yet")  # pragma: no cover
+
+
+SYSTEMS: dict[str, SystemFn] = {
+    "direct": _direct,
+    "monolithic": _monolithic,
+    "modular": _modular,
+    "modular-nomem": _modular_nomem,
+    "modular-trained": _modular_trained,
+}
+
+
+def check_system(name: str, options: SystemOptions = SystemOptions()) -> None:
+    """Raise SystemUnavailable, with the reason, for a name that cannot run as asked."""
+    if name not in SYSTEMS:
+        raise SystemUnavailable(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+    if name == "modular-trained":
+        if not options.adapter:
+            raise SystemUnavailable("modular-trained: no trained adapter given (--adapter PATH); "
+                                    "refusing to run the untrained Planner under this name")
+        if not Path(options.adapter).exists():
+            raise SystemUnavailable(f"modular-trained: adapter {options.adapter!r} does not exist")
+        raise SystemUnavailable(f"modular-trained: loading a trained Planner adapter ({options.adapter}) is not "
+                                "supported yet (it arrives with Flow-GRPO training); refusing to run the untrained "
+                                "Planner under this name")
+
+
+def parse_systems(text: str | list[str], options: SystemOptions = SystemOptions()) -> list[str]:
+    """'a,b,c' -> ['a', 'b', 'c'], each checked (duplicates dropped, order kept)."""
+    names = text.split(",") if isinstance(text, str) else list(text)
+    out: list[str] = []
+    for n in (x.strip() for x in names):
+        if n and n not in out:
+            check_system(n, options)
+            out.append(n)
+    if not out:
+        raise SystemUnavailable(f"no system given; known: {', '.join(SYSTEMS)}")
+    return out
+
+
+def system_settings(name: str, settings: Settings) -> Settings:
+    """The settings a system actually runs under (the memory-off ablation changes one field)."""
+    if name == "modular-nomem":
+        s = settings.model_copy(deep=True)
+        s.memory.planner_view = "last"
+        return s
+    return settings

