@@ -27,8 +27,12 @@ app.add_typer(data_app, name="data")
 app.add_typer(verifier_eval_app, name="verifier-eval")
 
 from flows.evaluate import eval_command  # noqa: E402
+from flows.injection_eval import injection_eval_command  # noqa: E402
+from flows.tool_cli import tool_app  # noqa: E402
 
 app.command("eval")(eval_command)
+app.add_typer(tool_app, name="tool")
+app.command("injection-eval")(injection_eval_command)
 
 
 def _prepare_env() -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 from infra.actors import ActorCallError
 from infra.models import build_backend
 from infra.models.base import ModelError
-from infra.sandbox import Sandbox, SandboxLimits, make_sandbox
+from infra.sandbox import Sandbox, SandboxLimits, SandboxUnavailable, make_sandbox
 from infra.search import cached_index
 from infra.settings import Settings
 from tasks.contracts import Plan, Result, ResultStatus, Source, ToolCard
@@ -115,7 +115,10 @@ def python_sandbox(settings: Settings) -> Sandbox:
         from infra.actors import SandboxPool
 
         return SandboxPool.connect(settings.ray, settings.tools.python.sandbox)
-    return make_sandbox(settings.tools.python.sandbox)
+    try:
+        return make_sandbox(settings.tools.python.sandbox)
+    except SandboxUnavailable as exc:  # the Executor turns this into a 'denied' Result with the install hint
+        raise ToolUnavailable(str(exc)) from exc
 
 
 def search_index(settings: Settings):
