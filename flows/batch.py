@@ -22,7 +22,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -30,7 +30,7 @@ from infra.events import RunLog
 from infra.settings import ConfigError, Settings, dump_settings, load_settings
 from infra.storage import ResultStore
 from flows.research import DIRECT_STEPS, PREFECT_STEPS, ModuleSteps, ResearchOutcome, research
-from tasks.contracts import Question
+from tasks.contracts import Plan, Question
 from tasks.tables import ANSWERS_SCHEMA, STEPS_SCHEMA, answer_row, step_rows
 
 
@@ -132,10 +132,12 @@ def _batch_run_name() -> str:
 
 
 def _quoting(module_task: Callable) -> Callable:
-    """Call a module task with its settings and memory view quoted: Prefect then skips walking them for
-    task inputs (the whole Settings tree, about 3 ms per task); names and results are unchanged."""
+    """Call a module task with its records, settings and memory view quoted: Prefect then skips walking them
+    for task inputs (the Settings tree alone costs about 3 ms per task). The Plan stays unquoted: task run
+    names read plan.step_id. Names and results are unchanged."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        return module_task(*(quote(a) if isinstance(a, (Settings, list)) else a for a in args), **kwargs)
+        return module_task(*(quote(a) if isinstance(a, (BaseModel, list, dict)) and not isinstance(a, Plan) else a
+                             for a in args), **kwargs)
 
     return call
 

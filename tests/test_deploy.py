@@ -100,7 +100,13 @@ def test_batch_research_deploys_runs_on_a_worker_and_writes_parquet(tmp_path):
             flow_run = _api(api, f"/flow_runs/{run_id}")
             assert flow_run["state"]["type"] == "COMPLETED", worker.stdout[-3000:] + worker.stderr[-3000:]
             artifacts = _api(api, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}})
-            tasks = _api(api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 100})
+            expected = {"question-q0", "plan-q0-step1", "execute-q1-step1", "answer-q3"}
+            deadline = time.monotonic() + 60  # the API records task events asynchronously
+            while True:
+                tasks = _api(api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 100})
+                if expected <= {t["name"] for t in tasks} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -116,4 +122,4 @@ def test_batch_research_deploys_runs_on_a_worker_and_writes_parquet(tmp_path):
     assert all(a["status"] == "answered" and a["run_id"] == runs[0].name for a in answers)
     assert {a["task_id"]: a["answer"] for a in answers}["q3"] == "9"
     assert {a["key"] for a in artifacts} == {"batch-answers", "batch-cost-by-role", "batch-stop-reasons"}
-    assert {"question-q0", "plan-q0-step1", "execute-q1-step1", "answer-q3"} <= {t["name"] for t in tasks}
+    assert expected <= {t["name"] for t in tasks}
