@@ -706,6 +706,19 @@ def _literals(code: str) -> list[Decimal]:
     return out
 
 
+def _derivable(value: Decimal, numbers: set[Decimal], limit: int = 40) -> bool:
+    """`value` is one arithmetic operation (+ - * /) away from two of `numbers` (checked for the first `limit`)."""
+    pool = sorted(numbers, key=abs)[:limit]
+    for i, a in enumerate(pool):
+        for b in pool[i:]:
+            candidates = [a + b, abs(a - b), a * b]
+            candidates += [a / b] if b else []
+            candidates += [b / a] if a else []
+            if any(abs(c - value) <= abs(value) * Decimal("1e-9") for c in candidates):
+                return True
+    return False
+
+
 def _plan_text(plan: Plan) -> str:
     return " ".join([plan.sub_goal, plan.expected_evidence, plan.success_criterion, plan.justification])
 
@@ -753,6 +766,14 @@ def check_recomputation(ctx: StepContext) -> Outcome:
                           f"the program uses {canonical_number(str(lit))}, which no cited evidence states ({src}); "
                           "recompute with the verified values")
         if ctx.view or plan_nums:
+            grounded = plan_nums | set(evid_nums)
+            if _derivable(lit, grounded):  # an intermediate value written out (20 candles / 10 per pound -> 2)
+                continue
+            if grounded:
+                return failed(name, f"operand {canonical_number(str(lit))} is neither in the plan, nor in accepted evidence, "
+                              "nor one operation away from their numbers", FailureType.recomputation,
+                              f"the program uses {canonical_number(str(lit))}, which neither the question nor the evidence "
+                              "gives; use the stated values")
             open_q = f"operand {canonical_number(str(lit))} appears neither in the plan nor in accepted evidence"
     if open_q is None:
         notes.append("operands grounded")
@@ -940,6 +961,13 @@ def check_citation_span(ctx: StepContext) -> Outcome:
             return failed(name, f"the cited source does not name {claim.subject!r}", FailureType.citation_mismatch,
                           f"the cited source states {claim.value} but is not about {claim.subject}; cite a source about {claim.subject}")
         if found < 1:
+            about = [str(p.get("doc_id")) for p in ctx.passages if str(p.get("doc_id")) not in claim.cites
+                     and set(subj) <= set(tokens(f"{p.get('title', '')}. {p.get('text', '')}"))]
+            if about:  # another retrieved passage is about the subject: the cited one is about someone else
+                return failed(name, f"the cited source names {claim.subject!r} only in part; {', '.join(about)} is about it",
+                              FailureType.citation_mismatch,
+                              f"the cited source states {claim.value} but is about another subject; "
+                              f"{', '.join(about)} is about {claim.subject}: check what it states")
             return undecided(name, f"the cited source states {claim.value} but names {claim.subject!r} only in part")
     return passed(name, f"{claim.value!r} appears in the cited source")
 

@@ -327,6 +327,28 @@ def test_citing_the_wrong_passage_or_the_wrong_subject_is_a_mismatch():
     rejected_by(v, "citation_span", FailureType.citation_mismatch)
 
 
+def test_a_source_naming_the_subject_in_part_is_a_mismatch_when_another_passage_is_about_it():
+    alexandrov = passage("d1", "Pavel Alexandrov wrote about three hundred papers.", "Pavel Alexandrov")
+    urysohn = passage("d2", "Pavel Urysohn worked with Pavel Alexandrov on compactness.", "Pavel Urysohn")
+    swapped = claim("three hundred papers", ["d1"], subject="Pavel Urysohn", attribute="papers")
+    v = verifier().verify(*search([alexandrov, urysohn], swapped), [])
+    rejected_by(v, "citation_span", FailureType.citation_mismatch)
+    assert "d2" in v.reason
+    # with no passage about the subject the question stays open (accepted, flagged as left open)
+    v = verifier().verify(*search([alexandrov], swapped), [])
+    assert v.accepted and "only in part" in v.reason
+
+
+def test_an_operand_one_operation_away_from_the_question_is_grounded_and_a_miscopied_one_is_not():
+    sub_goal = "15 floors, 8 units per floor, 3/4 occupied: how many units are unoccupied?"
+    written_out = python(code="v1 = 120\nprint(v1 - 3/4*v1)", stdout="30.0\n", sub_goal=sub_goal)  # 120 = 15 * 8
+    assert verifier(FakeRerun("30.0\n")).verify(*written_out, []).accepted
+    miscopied = python(code="v1 = 8*17\nprint(v1 - 3/4*v1)", stdout="34.0\n", sub_goal=sub_goal)  # 17 for 15
+    v = verifier(FakeRerun("34.0\n")).verify(*miscopied, [])
+    rejected_by(v, "recomputation", FailureType.recomputation)
+    assert "17" in v.reason
+
+
 def test_dates_match_across_formats():
     born = passage(text="Shirley Temple Black (April 23, 1928 - February 10, 2014) was an American actress.", title="Shirley Temple")
     for value in ["23 April 1928", "April 23, 1928", "1928"]:
