@@ -90,6 +90,9 @@ def _preflight(settings) -> None:
         roles["generalist"] = settings.models.generalist
     if settings.models.verifier is not None:
         roles["verifier"] = settings.models.verifier
+    if settings.ray.enabled:  # roles served by Ray model servers are checked when the servers start, not loaded here
+        served = {r for server in settings.ray.model_servers.values() for r in server.roles}
+        roles = {r: cfg for r, cfg in roles.items() if r not in served}
     for role, cfg in roles.items():
         try:
             build_backend(cfg)
