@@ -19,7 +19,7 @@ export AGENTFLOW_DATASETS ?= $(abspath $(CURDIR)/../shared/datasets)
 DEMO_WORLD ?= runs/demo-world
 DEMO_QUESTIONS ?= 6
 
-.PHONY: env run test test-fast bench clean
+.PHONY: env run test test-fast bench bench-train clean
 
 $(VENV)/.ready: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -38,6 +38,14 @@ test-fast: env
 
 bench: env
 	$(BIN)/python -m flows.bench run --out bench/results.json
+
+# Flow-GRPO claim (not part of `make test`): train on the world's train split on CPU, evaluate on its test split
+# with another judge configuration; modular-trained vs modular vs monolithic, same budget, BENCH_TRAIN_SEEDS seeds.
+BENCH_TRAIN_SEEDS ?= 3
+BENCH_TRAIN_STEPS ?= 20
+BENCH_TRAIN_ARGS ?=
+bench-train: env
+	$(BIN)/python -m flows.bench_train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) $(BENCH_TRAIN_ARGS)
 
 PREFECT_PORT ?= 4200
 .PHONY: serve
@@ -58,4 +66,4 @@ serve: env
 	$(BIN)/prefect worker start --pool local
 
 clean:
-	rm -rf runs .prefect bench-results .pytest_cache
+	rm -rf runs .prefect bench-results bench-train .pytest_cache

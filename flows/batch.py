@@ -30,6 +30,7 @@ from infra.events import RunLog
 from infra.settings import ConfigError, Settings, dump_settings, load_settings
 from infra.storage import ResultStore
 from flows.research import DIRECT_STEPS, PREFECT_STEPS, ModuleSteps, ResearchOutcome, research
+from flows.review import needs_human, review_outcome
 from tasks.contracts import Plan, Question
 from tasks.tables import ANSWERS_SCHEMA, STEPS_SCHEMA, answer_row, step_rows
 
@@ -236,6 +237,7 @@ def run_batch(report: InputReport, settings: Settings, run_id: str, *, log_dir: 
     pending = [q for q in report.questions if not store.has_part("answers", q.id)]  # finished earlier: skipped
     existing = len(report.questions) - len(pending)
     done = failed = 0
+    to_review: list[tuple[Question, ResearchOutcome]] = []
     log.event("batch_start", questions=len(report.questions), pending=len(pending), concurrency=n_workers)
     console = Console(stderr=True)
     try:
@@ -258,6 +260,8 @@ def run_batch(report: InputReport, settings: Settings, run_id: str, *, log_dir: 
                         store.write_part("steps", q.id, step_rows(outcome.records), STEPS_SCHEMA)
                         store.write_part("answers", q.id, [answer_row(outcome.answer, q)], ANSWERS_SCHEMA)
                         done += 1
+                        if needs_human(outcome.answer, settings):  # reviewed after the batch, one at a time
+                            to_review.append((q, outcome))
                     bar.update(job, advance=1, description=q.id)
             except BaseException:  # storage failed or interrupted: start nothing new, keep what is written
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -265,6 +269,9 @@ def run_batch(report: InputReport, settings: Settings, run_id: str, *, log_dir: 
     finally:
         log.event("batch_end", done=done, failed=failed, skipped_existing=existing)
         log.close()
+    for q, outcome in to_review:  # review: prefect: the flow run pauses for each decision; the answer is rewritten
+        outcome = review_outcome(outcome, q, settings, run_id)
+        store.write_part("answers", q.id, [answer_row(outcome.answer, q)], ANSWERS_SCHEMA)
     if not store.local:
         store.write_text(f"logs/{run_id}.jsonl", log_path.read_text())
     return BatchSummary(run_id=run_id, out=store.uri, done=done, skipped_existing=existing, log_path=str(log_path),

@@ -59,7 +59,8 @@ def _new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
-def _settings(config: Optional[Path], corpus: Optional[Path], overrides: list[str], out_dir: Optional[str] = None):
+def _settings(config: Optional[Path], corpus: Optional[Path], overrides: list[str], out_dir: Optional[str] = None,
+              adapter: Optional[Path] = None):
     from infra.settings import ConfigError, load_settings
 
     values = {}
@@ -76,6 +77,14 @@ def _settings(config: Optional[Path], corpus: Optional[Path], overrides: list[st
     if "search" in settings.tools.allow and not settings.tools.search.corpus:
         settings.tools.allow = [t for t in settings.tools.allow if t != "search"]
         err.print("note: no corpus given (--corpus or tools.search.corpus): the search tool is disabled", highlight=False)
+    if adapter is not None:  # modular-trained: the Planner on a Flow-GRPO adapter
+        from tasks.systems import SystemOptions, SystemUnavailable, check_system, trained_settings
+
+        try:
+            check_system("modular-trained", SystemOptions(adapter=str(adapter)))
+        except SystemUnavailable as exc:
+            _fail(str(exc))
+        settings = trained_settings(settings, str(adapter))
     return settings
 
 
@@ -124,12 +133,14 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the Answer record as JSON."),
     log_dir: Path = typer.Option(Path("runs/logs"), help="Where the run's JSON event log goes."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="modular-trained: a trained Planner adapter "
+                                           "(<train --out>/checkpoints/step-N/adapter)."),
 ) -> None:
     """Research one question and print the answer, its citations, the stop reason and the cost per role."""
     _prepare_env()
     if not question.strip():
         _fail("the question is empty")
-    settings = _settings(config, corpus, set_)
+    settings = _settings(config, corpus, set_, adapter=adapter)
     _preflight(settings)
     from flows.research import research_flow
     from tasks.contracts import Question
@@ -164,6 +175,8 @@ def batch(
     concurrency: Optional[int] = typer.Option(None, min=1, max=256,
                                               help="Questions researched at the same time (default: batch.concurrency)."),
     log_dir: Path = typer.Option(Path("runs/logs"), help="Where the run's JSON event log goes."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="modular-trained: a trained Planner adapter "
+                                           "(<train --out>/checkpoints/step-N/adapter)."),
 ) -> None:
     """Research every question of INPUT as tasks of one Prefect flow run; write answers and steps as Parquet."""
     _prepare_env()
@@ -177,7 +190,7 @@ def batch(
         err.print(f"skipped {input}: {skipped}", highlight=False)
     if concurrency is not None:
         set_ = [*set_, f"batch.concurrency={concurrency}"]
-    settings = _settings(config, corpus, set_, out_dir)
+    settings = _settings(config, corpus, set_, out_dir, adapter=adapter)
     _preflight(settings)
     run_id = run_id or _new_run_id()
     summary = batch_research(str(input), settings, run_id, limit=limit, skip_bad_lines=skip_bad_lines, log_dir=str(log_dir))
@@ -206,6 +219,44 @@ def _print_batch(summary, settings) -> None:
     out.print(f"{summary.done} answered now, {summary.skipped_existing} already done earlier")
     out.print(f"answers: {store.location('answers')}\nsteps:   {store.location('steps')}\n"
               f"config:  {store.location('config.yaml')}\nevents:  {summary.log_path}")
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Option(None, "--config", help="Run configuration with a `train:` section (YAML/JSON)."),
+    out_dir: str = typer.Option(..., "--out", help="Checkpoints, metrics and the curve: a directory or s3://bucket/prefix."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint under --out."),
+    log_dir: Path = typer.Option(Path("runs/logs"), help="Where the run's JSON event log goes."),
+) -> None:
+    """Flow-GRPO: train the Planner's LoRA adapter on the whole research flow (Prefect flow `train`)."""
+    _prepare_env()
+    from infra.settings import ConfigError, load_settings
+
+    try:
+        settings = load_settings(config, set_)
+    except ConfigError as exc:
+        _fail(str(exc))
+    if not settings.train.train_questions:
+        _fail("train.train_questions is not set (a JSONL file or a world directory from `agentflow world generate`)")
+    from flows.train import TrainError
+    from flows.train import train as train_flow
+
+    try:
+        summary = train_flow(out_dir, settings=settings, resume=resume, log_dir=str(log_dir))
+    except TrainError as exc:
+        _fail(str(exc))
+    table = Table(title=f"Flow-GRPO (run {summary.run_id})")
+    for col in ("step", "reward", "acc", "val acc", "kl", "clip", "entropy", "turns", "zero-signal", "tools", "s"):
+        table.add_column(col, justify="right")
+    for r in summary.metrics:
+        val = "" if r["val_accuracy"] is None else f"{r['val_accuracy']:.2f}"
+        table.add_row(str(r["step"]), f"{r['mean_reward']:.3f}", f"{r['accuracy']:.2f}", val, f"{r['kl']:.4f}",
+                      f"{r['clip_frac']:.3f}", f"{r['entropy']:.3f}", f"{r['turns_per_trajectory']:.1f}",
+                      f"{r['zero_signal_groups']}/{r['groups']}", r["tool_choices"], f"{r['wall_s']:.0f}")
+    out.print(table)
+    out.print(f"steps this run: {summary.steps_done} (from step {summary.start_step})\n"
+              f"adapter: {summary.adapter}\ncurve:   {summary.curve}\nevents:  {summary.log_path}")
 
 
 @app.command()

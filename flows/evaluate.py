@@ -58,14 +58,17 @@ from infra.events import RunLog  # noqa: E402
 from infra.settings import Settings, dump_settings  # noqa: E402
 from infra.storage import ResultStore, safe_key  # noqa: E402
 from tasks.attribution import Attribution, Evidence, attribute, evidence_from_memory  # noqa: E402
-from tasks.contracts import Answer, AnswerStatus, Question, Role, StopReason  # noqa: E402
+from tasks.contamination import (MEMORY_MODES, answer_value, attempts_table, contamination_fields, plant_for,  # noqa: E402
+                                 wrong_citations)
+from tasks.contracts import Answer, AnswerStatus, PriorRecord, Question, Role, StopReason  # noqa: E402
 from tasks.metrics import ROLES, outcome_counts, summarize  # noqa: E402
 from tasks.scorers import score_question  # noqa: E402
 from tasks.systems import SYSTEMS, SystemOptions, SystemUnavailable, parse_systems, system_settings  # noqa: E402
 from tasks.tables import STEPS_SCHEMA, step_rows  # noqa: E402
 
-RESULT_VERSION = 1
-"""Version of the results/steps/evidence layouts below; bump when a column changes meaning."""
+RESULT_VERSION = 2
+"""Version of the results/steps/evidence layouts below; bump when a column changes meaning.
+2: memory and attempt columns, wrong citations and the planted-record columns (issue 9)."""
 
 _KEY = [("system", pa.string()), ("seed", pa.int64()), ("question_id", pa.string())]
 
@@ -105,6 +108,17 @@ RESULTS_SCHEMA = pa.schema([
     ("attribution_detail", pa.string()),
     ("trace", pa.string()),             # relative link to traces/<unit>.html
     ("error", pa.string()),             # a system that raised (the row is then failed)
+    ("base_system", pa.string()),       # the system that ran (`system` is its label: <system>.<memory>.a<attempt>)
+    ("memory", pa.string()),            # persistent | run | off
+    ("attempt", pa.int32()),            # 1..K: the same questions run again, in sequence
+    ("wrong_citations", pa.int32()),    # citations of no accepted evidence, or of evidence not stating the answer
+    ("prior_rechecked", pa.int32()),    # prior evidence records re-verified in this run
+    ("prior_rejected", pa.int32()),     # ... of which rejected (and corrected)
+    ("planted_id", pa.string()),        # the planted false accept for this question, if any
+    ("planted_value", pa.string()),
+    ("planted_status", pa.string()),    # rejected | superseded | accepted | unread
+    ("planted_in_answer", pa.bool_()),
+    ("contamination_recovered", pa.bool_()),  # read, rejected or already superseded, and not in the answer
     ("finished_at", pa.timestamp("us", tz="UTC")),
     ("result_version", pa.int32()),
 ])
@@ -147,6 +161,46 @@ class EvalSummary:
 
 def unit_key(system: str, seed: int, question_id: str) -> str:
     return f"{system}.s{seed}.{question_id}"
+
+
+def variant_label(system: str, memory: str, attempt: int, plain: bool) -> str:
+    """The name a (system, memory mode, attempt) is reported under; the system itself when nothing varies."""
+    return system if plain else f"{system}.{memory}.a{attempt}"
+
+
+def parse_memory(text: str | list[str]) -> list[str]:
+    modes = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
+    bad = [m for m in modes if m not in MEMORY_MODES]
+    if bad or not modes:
+        raise EvalError(f"--memory {','.join(modes) or '(empty)'}: use one or more of {', '.join(MEMORY_MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def memory_store_uri(out: str, system: str, seed: int) -> str:
+    return f"{out.rstrip('/')}/memory/{safe_key(system)}.s{seed}"
+
+
+def with_memory(settings: Settings, mode: str, store: str) -> Settings:
+    """persistent: lessons and evidence kept across attempts in `store`; run: memory of one run (the default);
+    off: no memory across runs and the Planner sees only the latest evidence (the memory-off ablation)."""
+    s = settings.model_copy(deep=True)
+    s.memory.mode = "persistent" if mode == "persistent" else "run"
+    s.memory.store = store if mode == "persistent" else None
+    if mode == "off":
+        s.memory.planner_view = "last"
+    return s
+
+
+def plants_for(questions: list[dict], n: int) -> dict[str, PriorRecord]:
+    """Planted false accepts for the first `n` questions that can carry one."""
+    out: dict[str, PriorRecord] = {}
+    for record in questions:
+        if len(out) >= n:
+            break
+        planted = plant_for(record)
+        if planted is not None:
+            out[str(record["id"])] = planted
+    return out
 
 
 def trace_href(unit: str) -> str:
@@ -252,14 +306,17 @@ def _failed_answer(question: Question, run_id: str, exc: Exception) -> Answer:
 
 
 def run_unit(system: str, seed: int, record: dict, settings: Settings, *, run_id: str, log: RunLog | None,
-             options: SystemOptions) -> UnitResult:
-    """Run one question with one system and seed; score it, attribute a failure, build the rows."""
+             options: SystemOptions, base: str | None = None, memory: str = "run", attempt: int = 1,
+             planted: PriorRecord | None = None) -> UnitResult:
+    """Run one question with one system and seed; score it, attribute a failure, build the rows.
+
+    `system` is the label rows are keyed by; `base` the system that runs (default: the label)."""
     question = Question.model_validate(record)
-    records, evidence, error = [], [], None
+    records, evidence, error, prior = [], [], None, None
     t0 = time.perf_counter()
     try:
-        outcome = SYSTEMS[system](question, settings, run_id=run_id, log=log, options=options)
-        answer, records = outcome.answer, outcome.records
+        outcome = SYSTEMS[base or system](question, settings, run_id=run_id, log=log, options=options)
+        answer, records, prior = outcome.answer, outcome.records, getattr(outcome, "prior", None)
         evidence = evidence_from_memory(outcome.memory)
     except SystemUnavailable:
         raise
@@ -270,6 +327,12 @@ def run_unit(system: str, seed: int, record: dict, settings: Settings, *, run_id
     attribution = attribute(question=record, answer=answer, records=records, evidence=evidence,
                             correct=score.correct, tools=settings.tools.allow, extracted=score.extracted)
     row = result_row(system, seed, record, answer, records, evidence, score, attribution, latency_s, error)
+    rechecked = (prior or {}).get("rechecked") or []
+    row.update(base_system=base or system, memory=memory, attempt=attempt, prior_rechecked=len(rechecked),
+               prior_rejected=sum(not rc["accepted"] for rc in rechecked),
+               wrong_citations=wrong_citations(answer, {e.step_id: e.text for e in evidence if e.accepted},
+                                               answer_value(record, answer.text, score.extracted)),
+               **contamination_fields(record, planted, prior, answer.text))
     key = dict(system=system, seed=seed, question_id=question.id)
     steps = [{**key, **r} for r in step_rows(records)]
     ev = [{**key, "step_id": e.step_id, "tool": e.tool, "status": e.status, "text": e.text[:20000],
@@ -312,11 +375,13 @@ def result_row(system: str, seed: int, record: dict, answer: Answer, records: li
 @task(name="evaluate_question", retries=0, cache_policy=NO_CACHE,
       task_run_name="eval-{system}-s{seed}-{question_id}")
 def evaluate_question(system: str, seed: int, question_id: str, record: dict, settings: Settings, run_id: str,
-                      log_path: str | None, options: SystemOptions) -> UnitResult:
+                      log_path: str | None, options: SystemOptions, base: str | None = None, memory: str = "run",
+                      attempt: int = 1, planted: PriorRecord | None = None) -> UnitResult:
     """One question with one system and seed, scored and attributed."""
     log = RunLog(log_path, run_id=run_id, console=False, level=settings.logging.level) if log_path else None
     try:
-        return run_unit(system, seed, record, settings, run_id=run_id, log=log, options=options)
+        return run_unit(system, seed, record, settings, run_id=run_id, log=log, options=options, base=base,
+                        memory=memory, attempt=attempt, planted=planted)
     finally:
         if log:
             log.close()
@@ -328,10 +393,19 @@ def evaluate_question(system: str, seed: int, question_id: str, record: dict, se
 @flow(name="evaluate", flow_run_name="evaluate-{benchmark}", retries=0, log_prints=False)
 def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str, settings: Settings,
              limit: Optional[int] = None, adapter: Optional[str] = None, progress: bool = True,
-             prefect_tasks: bool = True) -> EvalSummary:
-    """Evaluate ``systems`` on ``benchmark`` over ``seeds`` seeds; write results, summary and report under ``out``."""
+             prefect_tasks: bool = True, attempts: int = 1, memory: Optional[list[str]] = None,
+             plant: int = 0) -> EvalSummary:
+    """Evaluate ``systems`` on ``benchmark`` over ``seeds`` seeds; write results, summary and report under ``out``.
+
+    attempts: the same questions run K times in sequence; memory: modes compared (persistent, run, off),
+    persistent memory kept per system and seed under ``out/memory``; plant: planted false accepts in that
+    memory for the first N questions that can carry one (contamination recovery)."""
     options = SystemOptions(prefect_tasks=prefect_tasks, adapter=adapter)
     names = parse_systems(systems, options)  # refuses unknown or unavailable systems before anything runs
+    modes = parse_memory(memory or ["run"])
+    if attempts < 1:
+        raise EvalError(f"--attempts must be at least 1, got {attempts}")
+    plain = attempts == 1 and modes == ["run"] and not plant
     data_dir = resolve_data(benchmark, data, out)
     bench = load_questions(data_dir, limit)
     ensure_backends(bench, available=[])  # no web-search backend exists yet: Bamboogle is refused here
@@ -340,10 +414,22 @@ def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str
     store = ResultStore(out, s3_endpoint_url=settings.storage.s3_endpoint_url)
     claim_output(store, bench, base)
     log_dir = Path(out) / "logs" if store.local else Path("runs") / "logs" / safe_key(out)
-    per_seed = {(n, s): system_settings(n, seeded(base, s)) for n in names for s in seed_list}
-    for (n, s), cfg in per_seed.items():
-        store.write_text(f"settings/{n}.seed{s}.yaml", dump_settings(cfg))
-    total = len(names) * len(seed_list) * len(bench.questions)
+    plants = plants_for(bench.questions, plant)
+    variants = [(a, m, n) for a in range(1, attempts + 1) for m in modes for n in names]
+    labels = list(dict.fromkeys(variant_label(n, m, a, plain) for a, m, n in variants))
+    per_run: dict[tuple, Settings] = {}
+    for s in seed_list:
+        for a, m, n in variants:
+            label = variant_label(n, m, a, plain)
+            cfg = with_memory(system_settings(n, seeded(base, s)), m, memory_store_uri(out, n, s))
+            per_run[(label, s)] = cfg
+            store.write_text(f"settings/{label}.seed{s}.yaml", dump_settings(cfg))
+            if plants and m == "persistent" and a == 1:  # the past false accepts, before the first attempt
+                from infra.memory_store import MemoryStore
+
+                MemoryStore(cfg.memory.store, s3_endpoint_url=cfg.storage.s3_endpoint_url).write(
+                    "planted", [r.model_dump(mode="json") for r in plants.values()])
+    total = len(variants) * len(seed_list) * len(bench.questions)
     done = existing = 0
     started = time.perf_counter()
     console = Console(stderr=True)
@@ -352,30 +438,34 @@ def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str
                   disable=not progress, transient=False) as bar:
         job = bar.add_task("", total=total, correct="")
         right = 0
-        for s in seed_list:
-            for n in names:
-                run_id = f"{safe_key(Path(out).name or 'eval')}-{n}-s{s}"
-                for record in bench.questions:
-                    qid = str(record["id"])
-                    unit = unit_key(n, s, qid)
-                    if store.has_part("parts/results", unit):
-                        existing += 1
-                        bar.advance(job)
-                        continue
-                    bar.update(job, description=unit)
-                    result = evaluate_question(n, s, qid, record, per_seed[(n, s)], run_id,
-                                               str(log_dir / f"{n}.s{s}.jsonl"), options)
-                    # steps and evidence first: a results part marks the unit finished
-                    store.write_part("parts/steps", unit, result.steps, STEPS_EVAL_SCHEMA)
-                    store.write_part("parts/evidence", unit, result.evidence, EVIDENCE_SCHEMA)
-                    store.write_part("parts/results", unit, [result.row], RESULTS_SCHEMA)
-                    done += 1
-                    right += int(result.row["correct"])
-                    bar.update(job, advance=1, correct=f"{right}/{done} right")
+        for a in range(1, attempts + 1):  # attempts in sequence: attempt 2 finds what attempt 1 remembered
+            for s in seed_list:
+                for _, m, n in [v for v in variants if v[0] == a]:
+                    label = variant_label(n, m, a, plain)
+                    run_id = f"{safe_key(Path(out).name or 'eval')}-{label}-s{s}"
+                    for record in bench.questions:
+                        qid = str(record["id"])
+                        unit = unit_key(label, s, qid)
+                        if store.has_part("parts/results", unit):
+                            existing += 1
+                            bar.advance(job)
+                            continue
+                        bar.update(job, description=unit)
+                        result = evaluate_question(label, s, qid, record, per_run[(label, s)], run_id,
+                                                   str(log_dir / f"{label}.s{s}.jsonl"), options, base=n, memory=m,
+                                                   attempt=a, planted=plants.get(qid))
+                        # steps and evidence first: a results part marks the unit finished
+                        store.write_part("parts/steps", unit, result.steps, STEPS_EVAL_SCHEMA)
+                        store.write_part("parts/evidence", unit, result.evidence, EVIDENCE_SCHEMA)
+                        store.write_part("parts/results", unit, [result.row], RESULTS_SCHEMA)
+                        done += 1
+                        right += int(result.row["correct"])
+                        bar.update(job, advance=1, correct=f"{right}/{done} right")
     wall_s = time.perf_counter() - started
-    summary = finish(store, bench, names, seed_list, data_dir, limit, wall_s, done, existing)
+    summary = finish(store, bench, labels, seed_list, data_dir, limit, wall_s, done, existing,
+                     attempts=None if plain else {"attempts": attempts, "memory": modes, "planted": len(plants)})
     publish_artifact(bench.name, summary, store.location("report.html"))
-    return EvalSummary(out=store.uri, benchmark=bench.name, systems=names, seeds=seed_list,
+    return EvalSummary(out=store.uri, benchmark=bench.name, systems=labels, seeds=seed_list,
                        questions=len(bench.questions), done=done, skipped_existing=existing, wall_s=wall_s,
                        summary=summary)
 
@@ -399,7 +489,7 @@ def _put(store: ResultStore, name: str, payload: bytes) -> None:
 
 
 def finish(store: ResultStore, bench: Benchmark, systems: list[str], seeds: list[int], data_dir: Path,
-           limit: int | None, wall_s: float, done: int, existing: int) -> dict[str, Any]:
+           limit: int | None, wall_s: float, done: int, existing: int, attempts: dict | None = None) -> dict[str, Any]:
     """Gather this evaluation's units into the top-level tables; write summary.json, report and traces."""
     from flows.report import write_report
 
@@ -423,9 +513,42 @@ def finish(store: ResultStore, bench: Benchmark, systems: list[str], seeds: list
         "files": {"results": "results.parquet", "steps": "steps.parquet", "evidence": "evidence.parquet",
                   "report": "report.html"},
     }
+    if attempts is not None:
+        summary["run"].update(attempts)
+        summary["attempts"] = attempts_table(rows)
     store.write_text("summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     write_report(store, rows, tables["steps"].to_pylist(), tables["evidence"].to_pylist(), summary)
+    if attempts is not None:
+        store.write_text("report.html", with_attempts_section(store.read_text("report.html"), summary["attempts"]))
     return summary
+
+
+ATTEMPT_COLUMNS = [("system", "system"), ("memory", "memory"), ("attempt", "att."), ("questions", "n"),
+                   ("success", "success"), ("tokens_per_question", "tok/q"), ("wrong_citations", "wrong cit."),
+                   ("planted", "planted"), ("planted_read", "read"), ("planted_rejected", "rejected"),
+                   ("planted_superseded", "supers."), ("planted_accepted", "accepted!"),
+                   ("contamination_recovery_rate", "recovery"), ("planted_in_answer_rate", "in answer")]
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def with_attempts_section(html: str, table: list[dict]) -> str:
+    """report.html with the per-attempt table (memory modes, attempts, contamination recovery) on top."""
+    import html as h
+
+    head = "".join(f"<th>{h.escape(t)}</th>" for _, t in ATTEMPT_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{h.escape(_cell(r[k]))}</td>" for k, _ in ATTEMPT_COLUMNS) + "</tr>" for r in table)
+    section = ("<section id='attempts'><h2>Attempts and memory</h2><p>The same questions run in sequence; persistent "
+               "memory keeps lessons and evidence across attempts (re-verified before use), off keeps none. Recovery "
+               "rate: planted false accepts that a run read and rejected (or found already superseded) and kept out "
+               "of its answer; n/a where no planted record was read.</p>"
+               f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
+    at = html.find("<h2")
+    return html[:at] + section + html[at:] if at >= 0 else html.replace("</body>", section + "</body>")
 
 
 def publish_artifact(benchmark: str, summary: dict[str, Any], report: str) -> None:
@@ -445,6 +568,9 @@ def publish_artifact(benchmark: str, summary: dict[str, Any], report: str) -> No
                      "verifier_rejection_rate": m["verifier_rejection_rate"]})
     key = "evaluate-" + "".join(c if c.isalnum() else "-" for c in benchmark.lower())
     create_table_artifact(rows, key=key, description=f"Evaluation of {benchmark}; report: {report}")
+    if summary.get("attempts"):
+        create_table_artifact(summary["attempts"], key=f"{key}-attempts",
+                              description=f"Per attempt and memory mode, with contamination recovery; report: {report}")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -463,6 +589,11 @@ def eval_command(
     set_: list[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
     adapter: Optional[str] = typer.Option(None, "--adapter", help="modular-trained: the trained Planner adapter."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar."),
+    attempts: int = typer.Option(1, "--attempts", min=1, help="Run the same questions K times in sequence."),
+    memory: str = typer.Option("run", "--memory", help="Memory modes to compare, comma-separated: persistent (kept "
+                               "across attempts, re-verified before use), run (one run), off (none)."),
+    plant: int = typer.Option(0, "--plant", min=0, help="Plant a false accepted fact in persistent memory for the "
+                              "first N questions that can carry one (contamination recovery)."),
 ) -> None:
     """Evaluate systems on a benchmark under one budget and tool set; write results.parquet, summary.json, report.html."""
     from flows.cli import _prepare_env, _preflight
@@ -485,6 +616,7 @@ def eval_command(
         fail(escape(str(exc)))
     try:
         names = parse_systems(systems, SystemOptions(adapter=adapter))
+        modes = parse_memory(memory)
         data_dir = resolve_data(benchmark, data, out)
         bench = load_questions(data_dir, limit)
         ensure_backends(bench, available=[])
@@ -501,8 +633,10 @@ def eval_command(
     t0 = time.perf_counter()
     wide = Console(width=None if Console().is_terminal else 120)  # logs and CI get the whole table
     result = evaluate(benchmark, str(data_dir), names, seeds, out, settings, limit=limit, adapter=adapter,
-                      progress=progress)
+                      progress=progress, attempts=attempts, memory=modes, plant=plant)
     wide.print(summary_table(result))
+    if result.summary.get("attempts"):
+        wide.print(attempts_rich_table(result.summary["attempts"]))
     wide.print(stop_lines(result), highlight=False)
     wide.print(f"{result.done} run now, {result.skipped_existing} done earlier; wall time {time.perf_counter() - t0:.1f} s\n"
                     f"results: {result.path('results.parquet')}\nsummary: {result.path('summary.json')}\n"
@@ -522,6 +656,15 @@ def summary_table(result: EvalSummary) -> Table:
                       f"{m['tokens']['per_question']:.0f}", f"{lat['p50']:.1f}/{lat['p95']:.1f}",
                       f"{m['mean_iterations']:.1f}", str(m["wrong_tool_calls"]), str(m["missing_evidence"]),
                       f"{rej:.2f}" if rej is not None else "-")
+    return table
+
+
+def attempts_rich_table(rows: list[dict]) -> Table:
+    table = Table(title="Per attempt and memory mode")
+    for _, title in ATTEMPT_COLUMNS:
+        table.add_column(title, justify="left" if title in ("system", "memory") else "right")
+    for r in rows:
+        table.add_row(*(_cell(r[k]) for k, _ in ATTEMPT_COLUMNS))
     return table
 
 

@@ -12,6 +12,7 @@ from typing import Callable
 
 from prefect import flow
 
+from flows.review import review_outcome
 from infra.events import RunLog
 from infra.settings import Settings
 from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
@@ -32,6 +33,7 @@ from tasks.generator import generate_answer
 from tasks.ledger import RunLedger
 from tasks.memory import EvolvingMemory
 from tasks.planner import plan_step
+from tasks.prior import PriorMemory
 from tasks.tools import tool_cards
 from tasks.verifier import verify_step
 
@@ -55,6 +57,7 @@ class ResearchOutcome:
     answer: Answer
     records: list[StepRecord]
     memory: EvolvingMemory
+    prior: dict | None = None  # what memory across runs did (memory.mode=persistent): rechecks, expired, lessons
 
 
 class CallCosts:
@@ -90,6 +93,8 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
     policy = StopPolicy(settings.budget)
     ledger = RunLedger(run_id, question.id, budget, log)
     q, tid = question.question, question.id
+    prior = PriorMemory.open(settings, question, run_id, log)  # None unless memory.mode=persistent
+    lessons = prior.lessons if prior else None
 
     def admit(cost: CallCost) -> Stop | None:
         limit = budget.refuse(cost)
@@ -101,6 +106,17 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
     feedback: Verdict | None = None
     stop: Stop | None = None
     try:
+        for record in prior.candidates if prior else ():  # earlier evidence counts only once re-verified here
+            stop = policy.begin_turn() or admit(costs.executor(record.tool)) or admit(costs.verifier)
+            if stop:
+                break
+            plan = prior.recheck_plan(record, policy.steps)  # the same tool call, run again now
+            fresh = prior.claimed(record, steps.execute_step(plan, tid, settings, deadline()))  # + the prior claim
+            ledger.executor(plan, fresh)
+            verdict = prior.judge(record, fresh, steps.verify_step(plan, fresh, memory.accepted_view(), tid, settings))
+            ledger.verifier(plan, verdict, 0.0)
+            memory.record(plan, fresh, verdict, prior_id=record.id, prior_run=record.run_id)
+            feedback = prior.note(record, verdict)  # a rejection (and its correction) is the Planner's first feedback
         while stop is None:
             stop = policy.begin_turn() or admit(costs.planner)
             if stop:
@@ -108,7 +124,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             step_id = policy.steps
             view = memory.accepted_view()
             planner_view = view[-1:] if settings.memory.planner_view == "last" else view  # modular-nomem ablation
-            outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline())
+            outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline(), lessons=lessons)
             ledger.planner(step_id, outcome)
             if outcome.plan is None:  # an invalid plan never enters memory
                 feedback = _rejection(step_id, outcome.failure_type, outcome.error or "no plan")
@@ -123,7 +139,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             if stop or policy.is_repeat(plan.signature()):  # a repeated plan is refused, not re-run
                 feedback = _rejection(step_id, FailureType.repeated_plan, f"step {step_id} repeats an earlier {plan.tool} call")
                 ledger.refused_plan(plan, FailureType.repeated_plan, feedback.reason)
-                memory.record_failure(step_id, plan.tool, FailureType.repeated_plan, feedback.reason, plan.args)
+                memory.record_failure(step_id, plan.tool, FailureType.repeated_plan, feedback.reason, plan.args, args=plan.args)
                 continue
             stop = admit(costs.executor(plan.tool))
             if stop:
@@ -145,7 +161,9 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
         stop = Stop(StopReason.error, detail=f"{type(exc).__name__}: {exc}")
 
     answer = _finish(question, stop, memory, budget, ledger, costs, steps, settings, run_id, policy.steps)
-    return ResearchOutcome(answer=answer, records=ledger.records, memory=memory)
+    if prior:  # lessons, accepted evidence and corrections for later runs (this run's own part file)
+        prior.remember(memory.all_items(), memory.debug_trace())
+    return ResearchOutcome(answer=answer, records=ledger.records, memory=memory, prior=prior.report() if prior else None)
 
 
 def _finish(question: Question, stop: Stop, memory: EvolvingMemory, budget: Budget, ledger: RunLedger,
@@ -172,10 +190,11 @@ def _finish(question: Question, stop: Stop, memory: EvolvingMemory, budget: Budg
 
 @flow(name="research", flow_run_name="research-{question.id}", retries=0, log_prints=False)
 def research_flow(question: Question, settings: Settings, run_id: str, log_path: str | None = None) -> ResearchOutcome:
-    """One question through the loop, as one Prefect flow run."""
+    """One question through the loop, as one Prefect flow run (paused for human review where configured)."""
     log = RunLog(log_path, run_id=run_id, console=settings.logging.console, level=settings.logging.level) if log_path else None
     try:
-        return research(question, settings, run_id=run_id, log=log)
+        outcome = research(question, settings, run_id=run_id, log=log)
+        return review_outcome(outcome, question, settings, run_id)  # pauses for a person only with review: prefect
     finally:
         if log:
             log.close()

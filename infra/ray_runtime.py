@@ -140,5 +140,7 @@ class RayRuntime:
                 for role in server.roles:
                     role_cfg = tree["models"].get(role) or {}
                     role_cfg.update(backend="openai", base_url=base_url, model=server.model)
+                    if server.engine == "llama_cpp":  # sample as the embedded backend does (the server's default is 1.1)
+                        role_cfg["extra_body"] = {"repeat_penalty": 1.0, **(role_cfg.get("extra_body") or {})}
                     tree["models"][role] = role_cfg
             yield Settings.model_validate(tree)

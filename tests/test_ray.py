@@ -410,3 +410,22 @@ def test_a_local_instance_and_the_cluster_stay_on_loopback(cluster, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "BAD []" in res.stdout and "NODE 127.0.0.1" in res.stdout, res.stdout
     assert not Path.home().joinpath(".ray", "auth_token").exists()
+
+
+def test_roles_served_by_a_llama_cpp_server_sample_as_the_embedded_backend():
+    import contextlib
+
+    from infra.ray_runtime import RayRuntime
+    from infra.settings import load_settings
+
+    class Router:
+        @contextlib.contextmanager
+        def lease(self):
+            yield "http://127.0.0.1:9/v1"
+
+    settings = load_settings(None, **{"ray.enabled": True, "ray.model_servers": {
+        "llama": {"engine": "llama_cpp", "roles": ["planner"]}, "big": {"engine": "vllm", "roles": ["generator"]}}})
+    with RayRuntime({"llama": Router(), "big": Router()}).question_settings(settings) as s:
+        assert s.models.planner.backend == "openai" and s.models.planner.base_url == "http://127.0.0.1:9/v1"
+        assert s.models.planner.extra_body == {"repeat_penalty": 1.0}  # llama.cpp's server would use 1.1
+        assert s.models.generator.backend == "openai" and s.models.generator.extra_body == {}

@@ -216,6 +216,9 @@ def test_config_that_is_not_yaml_is_one_clear_error(tmp_path):
     cfg.write_text("tools:\n  allow: [search, shell]\n")  # the allow-list cannot name unknown tools
     res = CliRunner().invoke(app, ["run", "x", "--config", str(cfg)])
     assert res.exit_code == 2 and "tools.allow" in res.output and "shell" in res.output
+    cfg.write_text("verifier:\n  mode: llm\n")  # an LLM-only verifier without a judge model
+    res = CliRunner().invoke(app, ["run", "x", "--config", str(cfg)])
+    assert res.exit_code == 2 and "models.verifier" in res.output and "Traceback" not in res.output
 
 
 SCHEMA = pa.schema([("task_id", pa.string()), ("value", pa.int64())])

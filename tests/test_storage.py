@@ -1,6 +1,7 @@
 """Parquet results on a local path and on a real S3 endpoint (moto's server on loopback)."""
 
 import socket
+import urllib.request
 
 import pyarrow as pa
 import pytest
@@ -33,6 +34,8 @@ def s3_endpoint():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     url = f"http://127.0.0.1:{port}"
+    # moto's backends are process-global: another module's server left its buckets; start empty
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=10).close()
     import s3fs
 
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": url, "region_name": "eu-west-1"})

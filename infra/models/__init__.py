@@ -1,7 +1,9 @@
 """Model backends behind one interface (`ModelBackend.complete`).
 
 `build_backend(config)` returns the backend for a role's ModelConfig: `embedded` (llama.cpp,
-in-process, offline), `openai` (any OpenAI-compatible endpoint) or `scripted` (test double).
+in-process, offline), `openai` (any OpenAI-compatible endpoint), `scripted` (test double), or a
+trainable policy that records token ids and logprobs per call: `hf_policy` (transformers + LoRA)
+or `vllm_policy` (a vLLM server with LoRA).
 Backends are cached per process, keyed by the config's JSON: a Prefect task running in a thread
 or a Ray worker builds its own client/model where it runs, once, and later calls reuse it (the
 scripted backend's position in its script therefore carries across calls in one process).
@@ -50,7 +52,15 @@ def _construct(config: ModelConfig) -> ModelBackend:
         from infra.models.scripted import ScriptedBackend
 
         return ScriptedBackend(config)
-    raise ModelError(f"unknown model backend {config.backend!r}; use embedded, openai or scripted")
+    if config.backend == "hf_policy":
+        from infra.models.hf_policy import HFPolicyBackend
+
+        return HFPolicyBackend(config)
+    if config.backend == "vllm_policy":
+        from infra.models.vllm_policy import VLLMPolicyBackend
+
+        return VLLMPolicyBackend(config)
+    raise ModelError(f"unknown model backend {config.backend!r}; use embedded, openai, scripted, hf_policy or vllm_policy")
 
 
 def build_backend(config: ModelConfig) -> ModelBackend:

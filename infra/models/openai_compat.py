@@ -265,6 +265,8 @@ class OpenAIBackend:
         }
         if seed is not None:
             request["seed"] = seed
+        if cfg.extra_body:
+            request["extra_body"] = dict(cfg.extra_body)
 
         kinds: tuple[str, ...] = ()
         if json_schema is not None:

@@ -1,0 +1,108 @@
+"""`make bench-train`: does Flow-GRPO help? Train on the world's train split, evaluate on its test split.
+
+Per training seed: train the Planner adapter on the synthetic world's train split (wording families
+direct/imperative/report) with the deterministic Verifier as the only judge inside the training
+reward; then evaluate modular-trained, modular and monolithic on the test split (unseen families
+polite/briefing, other entities) under the SAME budget and tools but a DIFFERENT judge
+configuration: `verifier.mode=hybrid` with the embedded model as LLM judge. The score is the
+world's mechanical scorer in both cases. Writes ``<out>/bench_train.json`` (per seed and system:
+accuracy, plus training time per step and peak RSS) and keeps every training and evaluation
+directory under ``<out>``.
+
+    python -m flows.bench_train --out bench-train --seeds 3 --steps 20 --train-questions 40 --test-questions 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _env() -> None:
+    home = Path(os.environ.get("AGENTFLOW_HOME", ".")).resolve()
+    os.environ.setdefault("PREFECT_HOME", str(home / ".prefect"))
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="bench-train")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--questions-per-step", type=int, default=2)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--train-questions", type=int, default=40)
+    p.add_argument("--test-questions", type=int, default=30)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--max-steps", type=int, default=3, help="budget.max_steps (Planner turns) for training and evaluation")
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for every run")
+    a = p.parse_args(argv)
+    _env()
+
+    from flows.evaluate import evaluate
+    from flows.train import run_training
+    from infra.models import clear_backend_cache
+    from infra.ray_runtime import shutdown_ray
+    from infra.settings import load_settings
+    from infra.world import generate_world, write_world
+
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    train_dir, test_dir = out / "world-train", out / "world-test"
+    write_world(generate_world(seed=0, n_questions=a.train_questions, split="train"), train_dir)
+    write_world(generate_world(seed=1, n_questions=a.test_questions, split="test"), test_dir)
+    from infra.benchmarks import prepare
+
+    eval_data = prepare("world", test_dir, out / "world-test-prepared")  # what `agentflow eval` reads
+    common = {"budget.max_steps": a.max_steps, "models.planner.max_tokens": 64, "models.generator.max_tokens": 96}
+    report: dict = {"config": vars(a), "seeds": {}, "judges": {
+        "train": "verifier.mode=deterministic (checks only); reward = world scorer + safe-stop/tool-cost/malformed terms",
+        "eval": "verifier.mode=hybrid with models.verifier = embedded SmolLM2 (LLM judge); score = world scorer"}}
+    for seed in range(a.seeds):
+        train_settings = load_settings(None, a.overrides, **common, **{
+            "verifier.mode": "deterministic", "train.train_questions": str(train_dir),
+            "train.val_questions": str(test_dir), "train.steps": a.steps, "train.seed": seed,
+            "train.questions_per_step": a.questions_per_step, "train.group_size": a.group_size,
+            "train.workers": a.workers, "train.eval_every": 0, "train.checkpoint_every": a.steps})
+        clear_backend_cache()
+        t0 = time.perf_counter()
+        try:
+            summary = run_training(train_settings, str(out / f"train-seed{seed}"), resume=True,
+                                   log_dir=str(out / "logs"))
+        finally:
+            shutdown_ray()
+        train_s = time.perf_counter() - t0
+        adapter = str(out / f"train-seed{seed}" / "checkpoints" / f"step-{a.steps:06d}" / "adapter")
+        eval_settings = load_settings(None, a.overrides, **common, **{
+            "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "max_tokens": 64}})
+        clear_backend_cache()
+        ev = evaluate("world", str(eval_data), ["modular-trained", "modular", "monolithic"], 1,
+                      str(out / f"eval-seed{seed}"), eval_settings, adapter=adapter, progress=False, prefect_tasks=False)
+        summary_json = json.loads((out / f"eval-seed{seed}" / "summary.json").read_text())
+        report["seeds"][seed] = {
+            "accuracy": {name: m["accuracy"]["mean"] for name, m in summary_json["systems"].items()},
+            "train_s": round(train_s, 1),
+            "step_s": [round(r["wall_s"], 1) for r in summary.metrics],
+            "mean_reward": [round(r["mean_reward"], 3) for r in summary.metrics],
+            "zero_signal_groups": [r["zero_signal_groups"] for r in summary.metrics],
+            "rss_mb": max((r["rss_mb"] for r in summary.metrics), default=None),
+            "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
+        }
+        (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
+    systems = ["modular-trained", "modular", "monolithic"]
+    report["mean_accuracy"] = {s: sum(v["accuracy"].get(s, 0.0) for v in report["seeds"].values()) / max(1, a.seeds)
+                               for s in systems}
+    (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
+    print(json.dumps(report["mean_accuracy"], indent=2))
+    return report
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,483 @@
+"""A trainable policy: a Hugging Face causal LM with a PEFT LoRA adapter; the `hf_policy` backend samples from it.
+
+Every call keeps what Flow-GRPO needs, with no re-tokenisation of text: a `Turn` with the prompt's
+token ids (the chat template applied to the messages), the sampled token ids and their
+log-probabilities under the distribution they were sampled from (softmax of logits / temperature,
+no top-k/top-p). Turns go to the policy's buffer; a rollout worker drains it per trajectory.
+The text goes back to the caller unchanged, so the real Planner validates it (no constrained
+decoding here; a malformed plan is penalised by the reward).
+
+The base model is the embedded SmolLM2-135M-Instruct GGUF (dequantised to fp32 by transformers +
+gguf) or any GGUF file / local model directory. `PolicyModel`s are cached per process by
+(base, adapter, device), so every config that differs only in sampling shares one model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from infra.models.base import Completion, ModelError, PromptTooLong
+from infra.settings import LoraSettings, ModelConfig
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Turn:
+    """One policy call, as sampled: the training record of a Planner turn."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    """log pi_old(token) for each completion token, from the policy that sampled it."""
+    temperature: float = 1.0
+    """The distribution the logprobs are of: softmax(logits / temperature)."""
+    finish_reason: str = "stop"
+    text: str = ""
+    mask: list[int] | None = None
+    """1 for a sampled token, 0 for a token the template forced (not trained on); None: all sampled."""
+    allowed: list[list[int] | None] | None = None
+    """Per completion token: the token ids it was sampled among (an enum field), or None (the whole vocabulary)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt_ids": list(self.prompt_ids), "completion_ids": list(self.completion_ids),
+                "logprobs": list(self.logprobs), "temperature": self.temperature,
+                "finish_reason": self.finish_reason, "text": self.text,
+                "mask": None if self.mask is None else list(self.mask),
+                "allowed": None if self.allowed is None else [None if a is None else list(a) for a in self.allowed]}
+
+
+FIELD_TOKENS = {"tool": 8}
+"""Most sampled tokens per template field (others: DEFAULT_FIELD_TOKENS)."""
+DEFAULT_FIELD_TOKENS = 40
+
+
+class _QuoteStop:
+    """Stopping criterion: the newly sampled text contains an unescaped double quote (a JSON string closed)."""
+
+    def __init__(self, tokenizer, start: int):
+        self.tokenizer, self.start = tokenizer, start
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        text = self.tokenizer.decode(input_ids[0, self.start:], skip_special_tokens=True)
+        return torch.tensor([_closing_quote(text) >= 0], device=input_ids.device)
+
+
+def _closing_quote(text: str) -> int:
+    """Index of the first double quote not escaped by a backslash, or -1."""
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == '"':
+            return i
+        i += 1
+    return -1
+
+
+def resolve_base(path: str | None) -> tuple[str, str | None]:
+    """(directory, gguf file name or None) of a base model: a GGUF file, a model directory, or the embedded GGUF."""
+    if path is None:
+        from infra.models.embedded import locate_embedded_model
+
+        gguf = locate_embedded_model()
+        return str(gguf.parent), gguf.name
+    p = Path(path).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return str(p.parent), p.name
+    if p.is_dir() and (p / "config.json").is_file():
+        return str(p), None
+    raise ModelError(f"base model {path!r} is neither a .gguf file nor a model directory with config.json")
+
+
+POLICY_FILE = "agentflow_policy.json"
+
+_BASES: dict[tuple[str, str | None], tuple[Any, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def load_base(path: str | None, device: str = "cpu"):
+    """(tokenizer, fresh fp32 model) of a base model; tokenizers are cached, models are not (PEFT wraps them)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    directory, gguf = resolve_base(path)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    t0 = time.perf_counter()
+    with _LOCK:
+        cached = _BASES.get((directory, gguf))
+        tokenizer = cached[0] if cached else AutoTokenizer.from_pretrained(directory, **kwargs)
+        _BASES[(directory, gguf)] = (tokenizer, None)
+    if tokenizer.chat_template is None:
+        raise ModelError(f"base model {path or gguf!r} has no chat template")
+    quiet = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"  # the GGUF de-quantisation progress bar
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs).to(device)
+    finally:
+        if quiet is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = quiet
+    log.info("policy_base_loaded", base=path or gguf, device=device, seconds=round(time.perf_counter() - t0, 2))
+    return tokenizer, model
+
+
+class PolicyModel:
+    """Base model + LoRA adapter: sampling with recorded logprobs, per-token logprobs for training, adapter I/O."""
+
+    def __init__(self, base_model: str | None = None, *, adapter: str | None = None, lora: LoraSettings | None = None,
+                 device: str = "cpu", trainable: bool = False, seed: int = 0, template_fields: list[str] | None = None):
+        import torch
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        self.device = device
+        self.base_model = base_model
+        self.tokenizer, base = load_base(base_model, device)
+        if adapter:
+            if not (Path(adapter) / "adapter_config.json").is_file():
+                raise ModelError(f"adapter {adapter!r} is not a PEFT adapter directory (no adapter_config.json)")
+            self.model = PeftModel.from_pretrained(base, adapter, is_trainable=trainable)
+        else:
+            lora = lora or LoraSettings()
+            torch.manual_seed(seed)  # the adapter's A matrices; B starts at zero, so the policy starts as the base
+            cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                             target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+            self.model = get_peft_model(base, cfg)
+        if not trainable:
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+        self.model.eval()
+        self.eos_ids = self._eos_ids()
+        self.template_fields: list[str] = list(template_fields or [])
+        """How this policy replies (kept with a saved adapter); a config's template_fields take precedence."""
+        if adapter and not self.template_fields and (Path(adapter) / POLICY_FILE).is_file():
+            import json as _json
+
+            self.template_fields = list(_json.loads((Path(adapter) / POLICY_FILE).read_text()).get("template_fields", []))
+        self.turns: list[Turn] = []
+        self.recording = False
+        """Keep a Turn per call (rollout workers switch it on; inference with a trained adapter keeps nothing)."""
+        self.lock = threading.Lock()
+        self.version = 0
+        """Increases with every load_lora_state: which policy sampled a turn."""
+
+    def _eos_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        for tok in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+            tid = self.tokenizer.convert_tokens_to_ids(tok)
+            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id and tid >= 0:
+                ids.add(tid)
+        gen = getattr(self.model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None) if gen else None
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        return sorted(i for i in ids if i is not None)
+
+    # ------------------------------------------------------------------ sampling
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt's token ids: the model's chat template with the generation prompt."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # BatchEncoding in newer transformers
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def sample(self, prompt_ids: list[int], *, max_new_tokens: int, temperature: float, seed: int | None = None,
+               max_time: float | None = None, stopping_criteria=None) -> Turn:
+        """Sample a completion; logprobs are of softmax(logits / T) at each sampled token (T=1 when greedy)."""
+        import torch
+
+        greedy = temperature <= 0
+        t = 1.0 if greedy else float(temperature)
+        inputs = torch.tensor([prompt_ids], device=self.device)
+        kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=not greedy, output_logits=True,
+                                      return_dict_in_generate=True, pad_token_id=self.eos_ids[0],
+                                      eos_token_id=self.eos_ids, attention_mask=torch.ones_like(inputs))
+        if not greedy:
+            kwargs.update(temperature=t, top_k=0, top_p=1.0)
+        if max_time:
+            kwargs["max_time"] = max(0.05, max_time)
+        if stopping_criteria is not None:
+            kwargs["stopping_criteria"] = stopping_criteria
+        with self.lock, torch.no_grad():
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(inputs, **kwargs)
+        completion = out.sequences[0, len(prompt_ids):].tolist()
+        logits = torch.stack(out.logits, dim=1)[0].float() / t  # (n, vocab), raw logits of each step
+        n = min(len(completion), logits.shape[0])
+        completion = completion[:n]
+        logp = torch.log_softmax(logits[:n], dim=-1).gather(-1, torch.tensor(completion, device=logits.device)[:, None])
+        finish = "stop" if completion and completion[-1] in self.eos_ids else "length"
+        text = self.tokenizer.decode(completion, skip_special_tokens=True)
+        return Turn(prompt_ids=list(prompt_ids), completion_ids=completion, logprobs=logp[:, 0].tolist(),
+                    temperature=t, finish_reason=finish, text=text)
+
+    def sample_choice(self, prompt_ids: list[int], choices: list[str], temperature: float,
+                      seed: int | None = None) -> tuple[list[int], list[float], list[list[int]], str]:
+        """One of `choices`, token by token, each token sampled among those that continue some choice.
+
+        Returns (token ids, logprobs under the renormalised allowed distribution, allowed ids per token, choice).
+        """
+        import torch
+
+        seqs = {c: self.tokenizer.encode(c, add_special_tokens=False) for c in dict.fromkeys(choices)}
+        greedy = temperature <= 0
+        t = 1.0 if greedy else float(temperature)
+        gen = None if seed is None else torch.Generator(device="cpu").manual_seed(seed)  # None: torch's global RNG
+        ids: list[int] = []
+        logps: list[float] = []
+        allowed_all: list[list[int]] = []
+        while True:
+            live = {c: s for c, s in seqs.items() if s[:len(ids)] == ids}
+            done = [c for c, s in live.items() if len(s) == len(ids)]
+            longer = {s[len(ids)] for s in live.values() if len(s) > len(ids)}
+            if done and not longer:
+                return ids, logps, allowed_all, done[0]
+            allowed = sorted(longer)
+            with self.lock, torch.no_grad():
+                logits = self.model(input_ids=torch.tensor([list(prompt_ids) + ids], device=self.device),
+                                    logits_to_keep=1).logits[0, -1].float() / t
+            sub = torch.log_softmax(logits[allowed], dim=-1).cpu()
+            k = int(sub.argmax()) if greedy else int(torch.multinomial(sub.exp(), 1, generator=gen))
+            ids.append(allowed[k])
+            logps.append(float(sub[k]))
+            allowed_all.append(allowed)
+
+    def sample_fields(self, prompt_ids: list[int], fields: list[str], *, max_new_tokens: int, temperature: float,
+                      seed: int | None = None, max_time: float | None = None,
+                      choices: dict[str, list[str]] | None = None) -> Turn:
+        """A light template: the JSON keys and quotes are forced, each string value is sampled until its quote.
+
+        A field with `choices` (a JSON-schema enum, e.g. the tool) is sampled among them only. The
+        turn's completion holds every token the model conditioned on; forced tokens have mask 0 and
+        logprob 0 (they are not trained on). The text is the JSON object of the sampled values.
+        """
+        import json as _json
+
+        from transformers import StoppingCriteriaList
+
+        ids = list(prompt_ids)
+        completion: list[int] = []
+        logprobs: list[float] = []
+        mask: list[int] = []
+        allowed: list[list[int] | None] = []
+        values: dict[str, str] = {}
+        choices = choices or {}
+        t_end = time.monotonic() + max_time if max_time else None
+        finish = "stop"
+        temp = 1.0 if temperature <= 0 else float(temperature)
+        for k, name in enumerate(fields):
+            forced = ("{" if k == 0 else '", ') + f'"{name}": "'
+            forced_ids = self.tokenizer.encode(forced, add_special_tokens=False)
+            ids += forced_ids
+            completion += forced_ids
+            logprobs += [0.0] * len(forced_ids)
+            mask += [0] * len(forced_ids)
+            allowed += [None] * len(forced_ids)
+            if choices.get(name):
+                c_ids, c_logps, c_allowed, value = self.sample_choice(
+                    ids, choices[name], temperature, None if seed is None else seed + 1000 + k)
+                ids += c_ids
+                completion += c_ids
+                logprobs += c_logps
+                mask += [1] * len(c_ids)
+                allowed += c_allowed
+                values[name] = value
+                continue
+            budget = min(FIELD_TOKENS.get(name, DEFAULT_FIELD_TOKENS), max_new_tokens - len(completion))
+            left = t_end - time.monotonic() if t_end else None
+            if budget <= 0 or (left is not None and left <= 0):
+                finish = "length"
+                values[name] = ""
+                continue
+            stop = StoppingCriteriaList([_QuoteStop(self.tokenizer, len(ids))])
+            turn = self.sample(ids, max_new_tokens=budget, temperature=temperature, seed=None if seed is None else seed + k,
+                               max_time=left, stopping_criteria=stop)
+            sampled = turn.completion_ids
+            if sampled and sampled[-1] in self.eos_ids:  # the value ends where the model wanted to stop
+                sampled, turn.logprobs = sampled[:-1], turn.logprobs[:-1]
+            ids += sampled
+            completion += sampled
+            logprobs += turn.logprobs
+            mask += [1] * len(sampled)
+            allowed += [None] * len(sampled)
+            text = self.tokenizer.decode(sampled, skip_special_tokens=True)
+            q = _closing_quote(text)
+            values[name] = (text[:q] if q >= 0 else text).replace('\\"', '"').strip()
+            if q < 0 and len(sampled) >= budget:
+                finish = "length"
+        tail = self.tokenizer.encode('"}', add_special_tokens=False)
+        completion += tail
+        logprobs += [0.0] * len(tail)
+        mask += [0] * len(tail)
+        allowed += [None] * len(tail)
+        return Turn(prompt_ids=list(prompt_ids), completion_ids=completion, logprobs=logprobs, temperature=temp,
+                    finish_reason=finish, text=_json.dumps(values), mask=mask,
+                    allowed=allowed if any(a is not None for a in allowed) else None)
+
+    def record(self, turn: Turn) -> None:
+        with self.lock:
+            self.turns.append(turn)
+
+    def drain_turns(self) -> list[Turn]:
+        """The turns recorded since the last drain (one trajectory's, when called per trajectory)."""
+        with self.lock:
+            turns, self.turns = self.turns, []
+        return turns
+
+    # ------------------------------------------------------------------ training
+
+    def token_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0, *,
+                       reference: bool = False, with_entropy: bool = False,
+                       allowed: list[list[int] | None] | None = None):
+        """Per-token log pi(completion | prompt) (and entropy) under the adapter, or the base model (reference).
+
+        Where `allowed[i]` is given, token i's probability is renormalised over those ids (as it was sampled)."""
+        import torch
+
+        ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=self.device)
+        n = len(completion_ids)
+
+        def forward():
+            # Only the positions that predict completion tokens go through the LM head (vocab-sized logits).
+            logits = self.model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1].float() / temperature
+            logp_all = torch.log_softmax(logits, dim=-1)
+            target = torch.tensor(completion_ids, device=self.device)[:, None]
+            logp = logp_all.gather(-1, target)[:, 0]
+            if allowed is not None:
+                parts = []
+                for i, ids_i in enumerate(allowed):
+                    if ids_i is None:
+                        parts.append(logp[i])
+                    else:
+                        sub = torch.tensor(ids_i, device=self.device)
+                        parts.append(logits[i, completion_ids[i]] - torch.logsumexp(logits[i, sub], dim=-1))
+                logp = torch.stack(parts)
+            ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+            return logp, ent
+
+        if reference:
+            with torch.no_grad(), self.model.disable_adapter():
+                return forward()
+        return forward()
+
+    def trainable_parameters(self) -> list:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def lora_state(self) -> dict[str, Any]:
+        """The adapter's weights (CPU tensors): what the learner ships to rollout workers."""
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().to("cpu").clone() for k, v in get_peft_model_state_dict(self.model).items()}
+
+    def load_lora_state(self, state: dict[str, Any], version: int | None = None) -> None:
+        from peft import set_peft_model_state_dict
+
+        with self.lock:
+            result = set_peft_model_state_dict(self.model, state)
+            unexpected = getattr(result, "unexpected_keys", None)
+            if unexpected:
+                raise ModelError(f"adapter state has unexpected keys: {unexpected[:3]}")
+            self.version = self.version + 1 if version is None else version
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """The PEFT adapter, plus `agentflow_policy.json` (how it replies: its template fields)."""
+        import json as _json
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(out))
+        (out / POLICY_FILE).write_text(_json.dumps({"template_fields": self.template_fields}))
+        return out
+
+
+_POLICIES: dict[tuple, PolicyModel] = {}
+
+
+def _policy_key(config: ModelConfig) -> tuple:
+    return (config.model_path, config.adapter, config.device)
+
+
+def policy_model(config: ModelConfig, lora: LoraSettings | None = None) -> PolicyModel:
+    """The process's PolicyModel for an hf_policy config (loaded once per (base, adapter, device)).
+
+    Without an adapter it starts a fresh one with `lora` (a rollout worker then receives the
+    learner's weights); with one (a trained Planner) it loads it, frozen.
+    """
+    key = _policy_key(config)
+    with _LOCK:
+        policy = _POLICIES.get(key)
+    if policy is None:
+        policy = PolicyModel(config.model_path, adapter=config.adapter, lora=lora, device=config.device)
+        with _LOCK:
+            policy = _POLICIES.setdefault(key, policy)
+    return policy
+
+
+def register_policy(config: ModelConfig, policy: PolicyModel) -> None:
+    """Make `policy` the model behind every hf_policy config with this (base, adapter, device) in this process."""
+    with _LOCK:
+        _POLICIES[_policy_key(config)] = policy
+
+
+def forget_policies() -> None:
+    with _LOCK:
+        _POLICIES.clear()
+
+
+def schema_choices(schema: dict[str, Any] | None) -> dict[str, list[str]]:
+    """{field: enum values} for the string enums of a flat JSON object schema (e.g. the Planner's tool)."""
+    props = (schema or {}).get("properties") or {}
+    return {k: [str(x) for x in v["enum"]] for k, v in props.items() if isinstance(v, dict) and v.get("enum")}
+
+
+class HFPolicyBackend:
+    """ModelBackend over a PolicyModel: the Planner's text as usual, plus a recorded Turn per call."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.name = config.model
+        self.policy = policy_model(config)
+
+    def complete(self, messages: list[dict[str, str]], *, json_schema: dict[str, Any] | None = None,
+                 max_tokens: int | None = None, temperature: float | None = None, seed: int | None = None,
+                 deadline_s: float | None = None) -> Completion:
+        t0 = time.perf_counter()
+        prompt = self.policy.encode_chat(messages)
+        if len(prompt) > self.config.max_input_tokens:
+            raise PromptTooLong(len(prompt), self.config.max_input_tokens)
+        limit = min(max_tokens or self.config.max_tokens, self.config.max_tokens)
+        temp = self.config.temperature if temperature is None else temperature
+        max_time = min(deadline_s, self.config.timeout_s) if deadline_s else self.config.timeout_s
+        fields = self.config.template_fields or self.policy.template_fields
+        try:
+            if fields:
+                turn = self.policy.sample_fields(prompt, fields, max_new_tokens=limit, temperature=temp, seed=seed,
+                                                 max_time=max_time, choices=schema_choices(json_schema))
+            else:
+                turn = self.policy.sample(prompt, max_new_tokens=limit, temperature=temp, seed=seed, max_time=max_time)
+        except (RuntimeError, ValueError) as exc:
+            raise ModelError(f"hf_policy generation failed: {exc}") from exc
+        if self.policy.recording:
+            self.policy.record(turn)
+        return Completion(text=turn.text, tokens_in=len(prompt), tokens_out=len(turn.completion_ids),
+                          latency_ms=(time.perf_counter() - t0) * 1000, model=self.name, finish_reason=turn.finish_reason)
+
+    def drain_turns(self) -> list[Turn]:
+        return self.policy.drain_turns()

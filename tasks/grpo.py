@@ -1,0 +1,163 @@
+"""Flow-GRPO: group-normalised trajectory advantages and the token-level clipped objective with a KL penalty.
+
+- A trajectory's reward is broadcast to every Planner turn it contains; advantages are normalised
+  within the group of G trajectories of one question (mean and sample standard deviation over
+  trajectories, not turns: a trajectory's advantage does not depend on how many turns it took).
+- A group whose rewards are all equal carries no signal: its advantages are zero, it is counted
+  (``zero_signal``) and its turns are left out of the update.
+- Per token: ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * k3``, with
+  ``r = exp(logp - logp_old)`` and the k3 estimator ``exp(ref - logp) - (ref - logp) - 1`` of
+  KL(pi || pi_ref), pi_ref being the base model (adapter disabled). The loss is the mean over
+  all completion tokens of the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GroupAdvantages:
+    advantages: list[float]
+    zero_signal: bool
+    mean: float
+    std: float
+
+
+def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> GroupAdvantages:
+    """(r - mean) / (std + eps) over the trajectories of one group; all-equal rewards: zeros, zero_signal."""
+    n = len(rewards)
+    if n == 0:
+        return GroupAdvantages([], True, 0.0, 0.0)
+    mean = sum(rewards) / n
+    if max(rewards) - min(rewards) <= 1e-12:
+        return GroupAdvantages([0.0] * n, True, mean, 0.0)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    return GroupAdvantages([(r - mean) / (std + eps) for r in rewards], False, mean, std)
+
+
+def token_loss(new_logp, old_logp, ref_logp, advantage, *, clip_low: float, clip_high: float, kl_coef: float):
+    """Per-token loss, k3 KL and clipped mask (tensors shaped like new_logp); `advantage` broadcasts."""
+    import torch
+
+    ratio = torch.exp(new_logp - old_logp)
+    unclipped = ratio * advantage
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantage
+    pg = -torch.minimum(unclipped, clipped)
+    log_ref_ratio = ref_logp - new_logp
+    kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1.0
+    return pg + kl_coef * kl, kl, (clipped < unclipped)
+
+
+@dataclass
+class TurnSample:
+    """One Planner turn with its trajectory's advantage: a unit of the update."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    advantage: float
+    temperature: float = 1.0
+    mask: list[int] | None = None
+    """1: a sampled token (trained on); 0: forced by the template. None: all sampled."""
+    allowed: list[list[int] | None] | None = None
+    """Per token, the ids it was sampled among (enum fields), else None."""
+
+    def n_tokens(self) -> int:
+        return len(self.completion_ids) if self.mask is None else int(sum(self.mask))
+
+
+@dataclass
+class UpdateStats:
+    loss: float = 0.0
+    kl: float = 0.0
+    clip_frac: float = 0.0
+    entropy: float = 0.0
+    ratio: float = 1.0
+    grad_norm: float = 0.0
+    tokens: int = 0
+    turns: int = 0
+    updated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Learner:
+    """Owns the trainable policy and its optimizer; `update` is one Flow-GRPO step over a batch of turns."""
+
+    def __init__(self, policy, *, learning_rate: float, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
+                 clip_low: float = 0.2, clip_high: float = 0.3, kl_coef: float = 0.001, epochs: int = 1):
+        import torch
+
+        self.policy = policy
+        self.params = policy.trainable_parameters()
+        if not self.params:
+            raise ValueError("the policy has no trainable parameters (load it with trainable=True)")
+        self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay)
+        self.max_grad_norm = max_grad_norm
+        self.clip_low, self.clip_high, self.kl_coef, self.epochs = clip_low, clip_high, kl_coef, epochs
+
+    def update(self, samples: list[TurnSample]) -> UpdateStats:
+        """Token-mean loss over all turns (gradient accumulated one turn at a time), then one optimizer step per epoch."""
+        import torch
+
+        samples = [s for s in samples if s.n_tokens() > 0]
+        total = sum(s.n_tokens() for s in samples)
+        stats = UpdateStats(tokens=total, turns=len(samples))
+        if not samples:
+            return stats
+        self.policy.model.train()
+        try:
+            for _ in range(self.epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                sums = dict(loss=0.0, kl=0.0, clip=0.0, ent=0.0, ratio=0.0)
+                for s in samples:
+                    new, ent = self.policy.token_logprobs(s.prompt_ids, s.completion_ids, s.temperature, with_entropy=True,
+                                                          allowed=s.allowed)
+                    ref, _ = self.policy.token_logprobs(s.prompt_ids, s.completion_ids, s.temperature, reference=True,
+                                                        allowed=s.allowed)
+                    old = torch.tensor(s.logprobs, dtype=new.dtype, device=new.device)
+                    m = (torch.ones_like(new) if s.mask is None
+                         else torch.tensor(s.mask, dtype=new.dtype, device=new.device))
+                    loss_tok, kl, clipped = token_loss(new, old, ref, s.advantage, clip_low=self.clip_low,
+                                                       clip_high=self.clip_high, kl_coef=self.kl_coef)
+                    ((loss_tok * m).sum() / total).backward()
+                    sums["loss"] += float((loss_tok.detach() * m).sum())
+                    sums["kl"] += float((kl.detach() * m).sum())
+                    sums["clip"] += float((clipped * m).sum())
+                    sums["ent"] += float((ent.detach() * m).sum())
+                    sums["ratio"] += float((torch.exp(new.detach() - old) * m).sum())
+                norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+                self.optimizer.step()
+        finally:
+            self.policy.model.eval()
+        stats.loss, stats.kl, stats.clip_frac = sums["loss"] / total, sums["kl"] / total, sums["clip"] / total
+        stats.entropy, stats.ratio, stats.grad_norm = sums["ent"] / total, sums["ratio"] / total, float(norm)
+        stats.updated = True
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+def group_samples(groups: list[list[Any]], eps: float = 1e-6) -> tuple[list[TurnSample], list[GroupAdvantages]]:
+    """Turn samples of a batch: each group's trajectories (objects with .reward and .turns as dicts) get their
+    group-normalised advantage, broadcast to every turn; zero-signal groups contribute no samples."""
+    samples: list[TurnSample] = []
+    stats: list[GroupAdvantages] = []
+    for group in groups:
+        adv = group_advantages([t.reward for t in group], eps)
+        stats.append(adv)
+        if adv.zero_signal:
+            continue
+        for traj, a in zip(group, adv.advantages):
+            for turn in traj.turns:
+                samples.append(TurnSample(prompt_ids=turn["prompt_ids"], completion_ids=turn["completion_ids"],
+                                          logprobs=turn["logprobs"], advantage=a, temperature=turn.get("temperature", 1.0),
+                                          mask=turn.get("mask"), allowed=turn.get("allowed")))
+    return samples, stats

@@ -1,0 +1,176 @@
+"""The hf_policy backend in the real Planner, adapters saved and loaded (modular-trained), checkpoints on disk and S3.
+
+A tiny random model with a byte-level tokenizer stands in for SmolLM2 (tests/tiny_policy.py); the
+real GGUF runs in the marked end-to-end test (tests/test_train_e2e.py).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from infra.models import build_backend, clear_backend_cache  # noqa: E402
+from infra.models.base import PromptTooLong  # noqa: E402
+from infra.models.hf_policy import PolicyModel, forget_policies, schema_choices  # noqa: E402
+from infra.settings import LoraSettings, ModelConfig  # noqa: E402
+from tasks.contracts import ANSWER_TOOL, Question, plan_draft_schema  # noqa: E402
+from tests.scripted import answer, plan, scripted_settings  # noqa: E402
+from tests.tiny_policy import write_tiny_model  # noqa: E402
+
+FIELDS = ["tool", "tool_input", "sub_goal"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backends():
+    clear_backend_cache()
+    forget_policies()
+    yield
+    clear_backend_cache()
+    forget_policies()
+
+
+def _policy_settings(tiny_dir, **cfg):
+    s = scripted_settings([plan("answer")], generator=[answer("391", 1)])
+    s.models.planner = ModelConfig(backend="hf_policy", model="tiny", model_path=str(tiny_dir), max_tokens=48,
+                                   max_input_tokens=8192, temperature=1.0, template_fields=FIELDS, **cfg)
+    return s
+
+
+def test_planner_on_hf_policy_gets_valid_plans_and_turns_are_recorded(tiny_dir):
+    from tasks.planner import build_planner
+
+    settings = _policy_settings(tiny_dir)
+    planner = build_planner(settings)
+    backend = build_backend(settings.models.planner)
+    assert backend.policy.recording is False  # inference keeps nothing; rollout workers switch recording on
+    backend.policy.recording = True
+    tools = set(planner.cards) | {ANSWER_TOOL}
+    outcomes = [planner.plan("What is 17 * 23?", [], None, step_id=i + 1) for i in range(3)]
+    turns = backend.drain_turns()
+    assert len(turns) == 3
+    for outcome, turn in zip(outcomes, turns):
+        chosen = json.loads(turn.text)["tool"]
+        assert chosen in tools  # sampled among the schema's enum only
+        assert outcome.plan is None or outcome.plan.tool == chosen  # the Planner validated the same text
+        assert len(turn.completion_ids) == len(turn.logprobs) == len(turn.mask) == len(turn.allowed)
+        assert outcome.usage.tokens_in == len(turn.prompt_ids)
+        # logprobs of sampled tokens: recomputed from the token ids (never from text), same values
+        again, _ = backend.policy.token_logprobs(turn.prompt_ids, turn.completion_ids, turn.temperature,
+                                                 allowed=turn.allowed)
+        m = torch.tensor(turn.mask, dtype=torch.bool)
+        assert again[m].tolist() == pytest.approx(torch.tensor(turn.logprobs)[m].tolist(), abs=1e-4)
+        assert all(lp == 0.0 for lp, k in zip(turn.logprobs, turn.mask) if k == 0)  # forced template tokens
+
+
+def test_tool_choice_is_a_distribution_over_the_enum(tiny_dir):
+    policy = PolicyModel(str(tiny_dir))
+    choices = schema_choices(plan_draft_schema(["python", "search", "answer"]))
+    assert choices == {"tool": ["python", "search", "answer"]}
+    prompt = policy.encode_chat([{"role": "user", "content": "q"}])
+    seen = {policy.sample_choice(prompt, choices["tool"], 1.0, seed=i)[3] for i in range(12)}
+    assert len(seen) >= 2  # the untrained policy explores, so groups can disagree
+
+
+def test_prompt_over_the_limit_is_refused(tiny_dir):
+    settings = _policy_settings(tiny_dir)
+    settings.models.planner.max_input_tokens = 16
+    with pytest.raises(PromptTooLong):
+        build_backend(settings.models.planner).complete([{"role": "user", "content": "x" * 200}])
+
+
+def test_saved_adapter_loads_with_its_weights_and_template(tiny_dir, tmp_path):
+    trained = PolicyModel(str(tiny_dir), lora=LoraSettings(r=4, alpha=8), trainable=True, template_fields=FIELDS)
+    with torch.no_grad():
+        for name, p in trained.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)
+    trained.save_adapter(tmp_path / "adapter")
+    loaded = PolicyModel(str(tiny_dir), adapter=str(tmp_path / "adapter"))
+    a, b = trained.lora_state(), loaded.lora_state()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert loaded.template_fields == FIELDS and not loaded.trainable_parameters()  # frozen for inference
+    # and weights ship between copies (learner -> rollout worker)
+    fresh = PolicyModel(str(tiny_dir), lora=LoraSettings(r=4, alpha=8))
+    fresh.load_lora_state(trained.lora_state(), version=3)
+    assert fresh.version == 3 and all(torch.equal(fresh.lora_state()[k], a[k]) for k in a)
+
+
+def test_modular_trained_runs_the_loop_on_the_adapter(tiny_dir, tmp_path):
+    from tasks.systems import SYSTEMS, SystemOptions, trained_settings
+
+    PolicyModel(str(tiny_dir), trainable=True, template_fields=FIELDS).save_adapter(tmp_path / "ckpt" / "adapter")
+    settings = scripted_settings([plan("answer")], generator=[answer("391", 1)])
+    settings.train.base_model = str(tiny_dir)
+    settings.models.planner.max_input_tokens = 8192
+    settings.models.planner.max_tokens = 48
+    adapter = str(tmp_path / "ckpt" / "adapter")
+    ts = trained_settings(settings, adapter)
+    assert ts.models.planner.backend == "hf_policy" and ts.models.planner.adapter.endswith("adapter")
+    assert ts.models.generator == settings.models.generator  # only the Planner changes
+    out = SYSTEMS["modular-trained"](Question(id="q", question="What is 17 * 23?"), settings, run_id="t",
+                                     options=SystemOptions(prefect_tasks=False, adapter=adapter))
+    planner_records = [r for r in out.records if r.role.value == "planner"]
+    assert planner_records and all(r.model == ts.models.planner.model for r in planner_records)
+    assert out.answer.text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_checkpoint_roundtrip(tiny_dir, tmp_path, where, monkeypatch):
+    from flows.train import Checkpoints
+    from infra.settings import Settings
+    from infra.storage import ResultStore
+    from tasks.grpo import Learner, TurnSample
+
+    server = None
+    if where == "s3":
+        from moto.server import ThreadedMotoServer
+
+        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_DEFAULT_REGION": "eu-west-1", "AWS_REGION": "eu-west-1"}.items():
+            monkeypatch.setenv(k, v)
+        port = _free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        url = f"http://127.0.0.1:{port}"
+        import s3fs
+
+        s3fs.S3FileSystem(client_kwargs={"endpoint_url": url, "region_name": "eu-west-1"}).mkdir("ckpt-test")
+        store = ResultStore("s3://ckpt-test/run1", s3_endpoint_url=url)
+    else:
+        store = ResultStore(str(tmp_path / "run1"))
+    try:
+        policy = PolicyModel(str(tiny_dir), trainable=True, template_fields=FIELDS)
+        learner = Learner(policy, learning_rate=1e-2)
+        p = policy.encode_chat([{"role": "user", "content": "hi"}])
+        t = policy.sample(p, max_new_tokens=4, temperature=1.0, seed=1)
+        learner.update([TurnSample(p, t.completion_ids, t.logprobs, advantage=1.0)])
+        ckpts = Checkpoints(store)
+        assert ckpts.latest() is None
+        ckpts.save(3, policy, learner, Settings(), version=1)
+        assert ckpts.latest() == {"step": 3, "path": "checkpoints/step-000003"}
+        local = ckpts.download("checkpoints/step-000003", tmp_path / "dl")
+        assert json.loads((local / "state.json").read_text())["step"] == 3
+        back = PolicyModel(str(tiny_dir), adapter=str(local / "adapter"), trainable=True)
+        assert all(torch.equal(back.lora_state()[k], v) for k, v in policy.lora_state().items())
+        opt = torch.load(local / "optimizer.pt", weights_only=False)
+        Learner(back, learning_rate=1e-2).load_state_dict(opt)
+        assert opt["state"]  # Adam moments were saved
+    finally:
+        if server is not None:
+            server.stop()
