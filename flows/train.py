@@ -526,6 +526,7 @@ def run_training(settings: Settings, out: str, *, resume: bool = False, run_id: 
             val = steps.evaluate_policy(trainer, n) if cfg.eval_every and n % cfg.eval_every == 0 and trainer.val else {}
             row = trainer.step_row(n, groups, upd, t1 - t0, t2 - t1, time.perf_counter() - t0, val)
             trainer.record(n, row, groups)
+            publish_training_artifacts(trainer.run_id, trainer.metrics())  # each step: a new version of the table
             if n % cfg.checkpoint_every == 0 or n == cfg.steps:
                 last_ckpt = steps.save_checkpoint(trainer, n)
             done += 1
@@ -544,7 +545,7 @@ def run_training(settings: Settings, out: str, *, resume: bool = False, run_id: 
     summary = TrainSummary(run_id=trainer.run_id, out=trainer.store.uri, start_step=trainer.start_step, steps_done=done,
                            last_checkpoint=last_ckpt, adapter=adapter, metrics=rows, curve=curve, log_path=log_path)
     trainer.close()
-    publish_training_artifacts(summary)
+    publish_training_artifacts(summary.run_id, rows, adapter)
     return summary
 
 
@@ -563,16 +564,17 @@ ARTIFACT_COLUMNS = ("step", "mean_reward", "accuracy", "val_accuracy", "kl", "cl
                     "turns_per_trajectory", "zero_signal_groups", "tool_choices", "wall_s")
 
 
-def publish_training_artifacts(summary: TrainSummary) -> None:
-    """The per-step metrics as a Prefect table artifact (in a flow run)."""
+def publish_training_artifacts(run_id: str, metrics: list[dict[str, Any]], adapter: str | None = None) -> None:
+    """The metrics so far as the `train-metrics` Prefect table artifact (in a flow run); published after every
+    step, so the UI shows training as it goes (each publication is a new version of the key)."""
     if FlowRunContext.get() is None:
         return
     from prefect.artifacts import create_table_artifact
 
     rows = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k in ARTIFACT_COLUMNS}
-            for r in summary.metrics]
-    create_table_artifact(rows, key="train-metrics",
-                          description=f"Flow-GRPO per-step metrics, run {summary.run_id}; adapter: {summary.adapter}")
+            for r in metrics]
+    where = f"adapter: {adapter}" if adapter else f"{len(rows)} steps so far"
+    create_table_artifact(rows, key="train-metrics", description=f"Flow-GRPO per-step metrics, run {run_id}; {where}")
 
 
 @flow(name="train", flow_run_name="train-{out}", retries=0, log_prints=False)

@@ -26,6 +26,7 @@ ANSWERS_SCHEMA = pa.schema([
     ("tool_ms", pa.float64()),
     ("cost_by_role", pa.string()),  # JSON {role: RoleCost}
     ("schema_version", pa.int32()),
+    ("review", pa.string()),  # JSON ReviewDecision when a person was asked (review: prefect), else null
 ])
 
 STEPS_SCHEMA = pa.schema([
@@ -67,6 +68,7 @@ def answer_row(answer: Answer, question: Question) -> dict:
         "tool_ms": sum(c.tool_ms for c in costs),
         "cost_by_role": json.dumps({r.value: c.model_dump() for r, c in answer.cost.items()}),
         "schema_version": answer.schema_version,
+        "review": answer.review.model_dump_json() if answer.review else None,
     }
 
 

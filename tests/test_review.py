@@ -183,4 +183,6 @@ def test_a_batch_pauses_after_its_questions_and_rewrites_the_reviewed_answer(pre
     assert "error" not in box, box.get("error")
     rows = pq.read_table(tmp_path / "runs" / "batch-review" / "answers").to_pylist()
     assert [(r["task_id"], r["status"]) for r in rows] == [("revb", "answered")]
+    decision = json.loads(rows[0]["review"])  # the reviewed row says who decided what
+    assert decision["action"] == "accept" and decision["reviewer"] == "cy"
     assert _artifact("review-revb") is not None

@@ -105,14 +105,16 @@ def test_train_flow_with_ray_workers_checkpoints_and_resumes(prefect_harness, wo
         assert s2.start_step == 2 and s2.steps_done == 1 and [r["step"] for r in s2.metrics] == [1, 2, 3]
         assert pq.read_table(str(tmp_path / "out/metrics")).num_rows == 3
 
-        async def artifact():
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+        async def versions():
             async with get_client() as client:
-                return await client.read_latest_artifacts()
+                return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["train-metrics"])))
 
         import asyncio
 
-        keys = {a.key for a in asyncio.run(artifact())}
-        assert "train-metrics" in keys
+        # published after every step (2 + 1) and once at each end (2): the UI follows training as it goes
+        assert len(asyncio.run(versions())) == 5
     finally:
         shutdown_ray()
 
