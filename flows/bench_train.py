@@ -16,19 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
-
-
-def _env() -> None:
-    home = Path(os.environ.get("AGENTFLOW_HOME", ".")).resolve()
-    os.environ.setdefault("PREFECT_HOME", str(home / ".prefect"))
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -44,7 +33,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-steps", type=int, default=3, help="budget.max_steps (Planner turns) for training and evaluation")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for every run")
     a = p.parse_args(argv)
-    _env()
+    from flows.cli import _prepare_env
+
+    _prepare_env()  # the CLI's local, quiet, offline Prefect/Ray defaults, before they are imported
 
     from flows.evaluate import evaluate
     from flows.train import run_training

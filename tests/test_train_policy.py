@@ -7,7 +7,6 @@ real GGUF runs in the marked end-to-end test (tests/test_train_e2e.py).
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
@@ -20,6 +19,7 @@ from infra.models.hf_policy import PolicyModel, forget_policies, schema_choices 
 from infra.settings import LoraSettings, ModelConfig  # noqa: E402
 from tasks.contracts import ANSWER_TOOL, Question, plan_draft_schema  # noqa: E402
 from tests.scripted import answer, plan, scripted_settings  # noqa: E402
+from tests.test_storage import s3_endpoint  # noqa: E402,F401  (the moto S3 endpoint fixture)
 from tests.tiny_policy import write_tiny_model  # noqa: E402
 
 FIELDS = ["tool", "tool_input", "sub_goal"]
@@ -124,53 +124,30 @@ def test_modular_trained_runs_the_loop_on_the_adapter(tiny_dir, tmp_path):
     assert out.answer.text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("where", ["local", "s3"])
-def test_checkpoint_roundtrip(tiny_dir, tmp_path, where, monkeypatch):
+def test_checkpoint_roundtrip(tiny_dir, tmp_path, where, request):
     from flows.train import Checkpoints
     from infra.settings import Settings
     from infra.storage import ResultStore
     from tasks.grpo import Learner, TurnSample
 
-    server = None
-    if where == "s3":
-        from moto.server import ThreadedMotoServer
-
-        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                     "AWS_DEFAULT_REGION": "eu-west-1", "AWS_REGION": "eu-west-1"}.items():
-            monkeypatch.setenv(k, v)
-        port = _free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        url = f"http://127.0.0.1:{port}"
-        import s3fs
-
-        s3fs.S3FileSystem(client_kwargs={"endpoint_url": url, "region_name": "eu-west-1"}).mkdir("ckpt-test")
-        store = ResultStore("s3://ckpt-test/run1", s3_endpoint_url=url)
+    if where == "s3":  # the moto S3 endpoint of tests/test_storage.py, started by this module on first use
+        store = ResultStore("s3://agentflow-test/ckpt-run1", s3_endpoint_url=request.getfixturevalue("s3_endpoint"))
     else:
         store = ResultStore(str(tmp_path / "run1"))
-    try:
-        policy = PolicyModel(str(tiny_dir), trainable=True, template_fields=FIELDS)
-        learner = Learner(policy, learning_rate=1e-2)
-        p = policy.encode_chat([{"role": "user", "content": "hi"}])
-        t = policy.sample(p, max_new_tokens=4, temperature=1.0, seed=1)
-        learner.update([TurnSample(p, t.completion_ids, t.logprobs, advantage=1.0)])
-        ckpts = Checkpoints(store)
-        assert ckpts.latest() is None
-        ckpts.save(3, policy, learner, Settings(), version=1)
-        assert ckpts.latest() == {"step": 3, "path": "checkpoints/step-000003"}
-        local = ckpts.download("checkpoints/step-000003", tmp_path / "dl")
-        assert json.loads((local / "state.json").read_text())["step"] == 3
-        back = PolicyModel(str(tiny_dir), adapter=str(local / "adapter"), trainable=True)
-        assert all(torch.equal(back.lora_state()[k], v) for k, v in policy.lora_state().items())
-        opt = torch.load(local / "optimizer.pt", weights_only=False)
-        Learner(back, learning_rate=1e-2).load_state_dict(opt)
-        assert opt["state"]  # Adam moments were saved
-    finally:
-        if server is not None:
-            server.stop()
+    policy = PolicyModel(str(tiny_dir), trainable=True, template_fields=FIELDS)
+    learner = Learner(policy, learning_rate=1e-2)
+    p = policy.encode_chat([{"role": "user", "content": "hi"}])
+    t = policy.sample(p, max_new_tokens=4, temperature=1.0, seed=1)
+    learner.update([TurnSample(p, t.completion_ids, t.logprobs, advantage=1.0)])
+    ckpts = Checkpoints(store)
+    assert ckpts.latest() is None
+    ckpts.save(3, policy, learner, Settings(), version=1)
+    assert ckpts.latest() == {"step": 3, "path": "checkpoints/step-000003"}
+    local = ckpts.download("checkpoints/step-000003", tmp_path / "dl")
+    assert json.loads((local / "state.json").read_text())["step"] == 3
+    back = PolicyModel(str(tiny_dir), adapter=str(local / "adapter"), trainable=True)
+    assert all(torch.equal(back.lora_state()[k], v) for k, v in policy.lora_state().items())
+    opt = torch.load(local / "optimizer.pt", weights_only=False)
+    Learner(back, learning_rate=1e-2).load_state_dict(opt)
+    assert opt["state"]  # Adam moments were saved
