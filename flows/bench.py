@@ -2,7 +2,9 @@
 
 - orchestration: the same questions and the same scripted model (an OpenAI-compatible server with a
   fixed latency per call, in a Ray model-server actor) through the batch flow on Prefect + Ray
-  (tool actors, model router) vs the research loop called directly with in-process tools;
+  (tool actors, model router) vs the research loop called directly with in-process tools, at a
+  50 ms scripted latency (a stress setting: the overhead is a fixed cost per task run) and again at
+  the embedded model's mean latency per call, measured first in the same run;
 - throughput: tool-bound questions (a python program that waits) through the system at
   concurrency 1, 2 and 4;
 - embedded model: tokens/s on the same prompts through the system (the embedded backend inside
@@ -122,12 +124,15 @@ def _corpus(work: Path) -> Path:
 class _System:
     """Ray joined, the scripted model server running in an actor; settings for direct and system runs."""
 
-    def __init__(self, work: Path, latency_ms: float):
+    def __init__(self, work: Path, latency_ms: float, prefix: str = ""):
         from infra.model_server import start_model_servers
         from infra.ray_runtime import ensure_ray
         from infra.settings import load_settings
 
+        work.mkdir(parents=True, exist_ok=True)
         self.work = work
+        self.latency_ms = latency_ms
+        self.prefix = prefix  # run ids (and so flow-run names) of this system: one Prefect database holds both
         world = _corpus(work)
         self.world_questions = [json.loads(line)["question"] for line in (world / "questions.jsonl").read_text().splitlines()]
         ray_cfg = {"enabled": True, "sandbox": {"actors": 4}, "model_servers": {"scripted": scripted_server_config(latency_ms)}}
@@ -149,7 +154,7 @@ class _System:
         from flows.research import DIRECT_STEPS
 
         t0 = time.perf_counter()
-        s = run_batch(InputReport(questions=qs), self.direct, run_id, log_dir=str(self.work / "logs"), progress=False,
+        s = run_batch(InputReport(questions=qs), self.direct, self.prefix + run_id, log_dir=str(self.work / "logs"), progress=False,
                       steps=DIRECT_STEPS, concurrency=concurrency)
         assert s.done == len(qs), s
         return time.perf_counter() - t0
@@ -160,11 +165,18 @@ class _System:
         settings = self.system.model_copy(update={"batch": self.system.batch.model_copy(
             update={"concurrency": concurrency, "module_tasks": module_tasks})})
         t0 = time.perf_counter()
-        s = batch_research(str(qfile), settings, run_id, limit=limit, log_dir=str(self.work / "logs"), progress=False)
+        s = batch_research(str(qfile), settings, self.prefix + run_id, limit=limit, log_dir=str(self.work / "logs"),
+                           progress=False)
         wall = time.perf_counter() - t0
         assert s.done == (limit or s.done) and s.failed == 0, s
-        _drain_prefect(f"batch-{run_id}")
+        _drain_prefect(f"batch-{self.prefix}{run_id}")
         return wall
+
+    def answered(self, run_id: str) -> int:
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(self.work / "out" / (self.prefix + run_id) / "answers").to_pylist()
+        return sum(1 for r in rows if r["status"] == "answered")
 
 
 def _drain_prefect(flow_run_name: str, timeout_s: float = 120.0) -> float:
@@ -195,21 +207,16 @@ def _drain_prefect(flow_run_name: str, timeout_s: float = 120.0) -> float:
     return time.perf_counter() - started
 
 
-def _answered(work: Path, run_id: str) -> int:
-    import pyarrow.parquet as pq
-
-    rows = pq.read_table(work / "out" / run_id / "answers").to_pylist()
-    return sum(1 for r in rows if r["status"] == "answered")
-
-
 # ------------------------------------------------------------------------------ the benchmarks
 
 
-def bench_orchestration(sys_: _System, n_questions: int, repeat: int) -> dict:
+def bench_orchestration(sys_: _System, n_questions: int, repeat: int, concurrencies: tuple[int, ...] = (1, 4)) -> dict:
     """Batch wall time, Prefect+Ray / direct, same questions and scripted model; median of `repeat` alternating runs.
 
     Also decomposed: a flow run's fixed cost (a resumed run with nothing left to do: flow run, checks,
     artifacts) and the cost per question on top of the direct loop, which give the ratio of large batches.
+    The ratio depends on the scripted latency: the overhead is a fixed cost per task run, the model's
+    time is not (see bench_orchestration_at_model_latency).
     """
     pool = sys_.world_questions
     qs = _write_questions(sys_.work / "orch.jsonl", [pool[i % len(pool)] for i in range(n_questions)], "o")
@@ -217,13 +224,13 @@ def bench_orchestration(sys_: _System, n_questions: int, repeat: int) -> dict:
     t0 = time.perf_counter()
     sys_.system_batch(qfile, "warmup", 1, limit=2)  # the Prefect API's start, actors' first calls
     warmup = time.perf_counter() - t0
-    out: dict[str, Any] = {"questions": n_questions, "scripted_latency_ms": SCRIPTED_LATENCY_MS,
+    out: dict[str, Any] = {"questions": n_questions, "scripted_latency_ms": round(sys_.latency_ms, 1),
                            "prefect_ray_startup_s": round(warmup + sys_.ray_init_s + sys_.model_server_start_s, 2),
                            "between_runs": "untimed wait until the Prefect API recorded the previous run"}
     sys_.system_batch(qfile, "done", 1, True)  # a finished run: resuming it measures a flow run's fixed cost
     fixed = statistics.median(sys_.system_batch(qfile, "done", 1) for _ in range(repeat))
     out["fixed_per_flow_run_s"] = round(fixed, 3)
-    for concurrency in (1, 4):
+    for concurrency in concurrencies:
         runs: dict[str, list[float]] = {"direct": [], "module_tasks": [], "question_tasks": []}
         for r in range(repeat):
             runs["direct"].append(sys_.direct_batch(qs, f"direct-c{concurrency}-{r}", concurrency))
@@ -237,12 +244,62 @@ def bench_orchestration(sys_: _System, n_questions: int, repeat: int) -> dict:
             row[f"ratio_{kind}"] = round(med[kind] / med["direct"], 3)
             row[f"per_question_overhead_ms_{kind}"] = round(per_q * 1000, 2)
             row[f"ratio_{kind}_large_batches"] = round(1 + per_q / (med["direct"] / n_questions), 3)
-        row["answered"] = {"direct": _answered(sys_.work, f"direct-c{concurrency}-0"),
-                           "system": _answered(sys_.work, f"mod-c{concurrency}-0")}
+        row["answered"] = {"direct": sys_.answered(f"direct-c{concurrency}-0"),
+                           "system": sys_.answered(f"mod-c{concurrency}-0")}
         row["samples_s"] = {k: [round(x, 3) for x in v] for k, v in runs.items()}
         out[f"concurrency_{concurrency}"] = row
     out["overhead_ratio"] = out["concurrency_1"]["ratio_module_tasks"]  # the default configuration, this batch size
     out["target"] = "<= 1.05"
+    return out
+
+
+MODEL_ROLES = ("planner", "verifier", "generator")
+
+
+def calibrate_model_latency(work: Path, n_questions: int) -> dict:
+    """The embedded model's mean latency per call inside the research loop, on generated-world questions.
+
+    The loop runs directly (no Prefect, no Ray) on the embedded defaults; latency and calls come from
+    each answer's per-role cost, over the roles that call the model.
+    """
+    import pyarrow.parquet as pq
+
+    from flows.batch import InputReport, run_batch
+    from flows.research import DIRECT_STEPS
+    from infra.settings import load_settings
+
+    world = _corpus(work)
+    lines = (world / "questions.jsonl").read_text().splitlines()[:n_questions]
+    qs = _write_questions(work / "calibrate.jsonl", [json.loads(line)["question"] for line in lines], "c")
+    settings = load_settings(None, None, **{"tools.search.corpus": str(world / "corpus.jsonl"),
+                                            "storage.out": str(work / "out")})
+    t0 = time.perf_counter()
+    run_batch(InputReport(questions=qs), settings, "calibrate", log_dir=str(work / "logs"), progress=False,
+              steps=DIRECT_STEPS, concurrency=1)
+    wall = time.perf_counter() - t0
+    calls = latency_ms = 0.0
+    for row in pq.read_table(work / "out" / "calibrate" / "answers").to_pylist():
+        for role, cost in json.loads(row["cost_by_role"]).items():
+            if role in MODEL_ROLES:
+                calls += cost["calls"]
+                latency_ms += cost["latency_ms"]
+    if not calls:
+        raise RuntimeError("the embedded model was not called: nothing to calibrate on")
+    return {"questions": len(qs), "model_calls": int(calls), "mean_call_latency_ms": round(latency_ms / calls, 1),
+            "wall_s": round(wall, 2), "model": settings.models.planner.backend}
+
+
+def bench_orchestration_at_model_latency(work: Path, n_questions: int, repeat: int, calibrate_questions: int) -> dict:
+    """The orchestration ratio with the scripted model answering as slowly as the embedded model does.
+
+    Same measurement as bench_orchestration (concurrency 1), but each scripted call takes the embedded
+    model's measured mean latency per research-loop call, measured in this run: what a user of the
+    default configuration pays for Prefect and Ray next to the model.
+    """
+    calibration = calibrate_model_latency(work / "calibrate", calibrate_questions)
+    sys_ = _System(work / "at-model-latency", calibration["mean_call_latency_ms"], prefix="model-latency-")
+    out = bench_orchestration(sys_, n_questions, repeat, concurrencies=(1,))
+    out["calibration"] = calibration
     return out
 
 
@@ -258,7 +315,7 @@ def bench_throughput(sys_: _System, n_questions: int, wait_s: float) -> dict:
         qps = n_questions / wall
         base = base or qps
         out[f"concurrency_{c}"] = {"wall_s": round(wall, 3), "questions_per_s": round(qps, 3),
-                                   "speedup": round(qps / base, 2), "answered": _answered(sys_.work, f"tool-c{c}")}
+                                   "speedup": round(qps / base, 2), "answered": sys_.answered(f"tool-c{c}")}
     return out
 
 
@@ -394,7 +451,9 @@ def _prepare_env(work: Path) -> None:
 @bench_app.command("run")
 def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 100, repeat: int = 2,
          tool_questions: int = 12, tool_wait_s: float = 0.5, embed_tokens: int = 64, embed_rounds: int = 2,
-         only: list[str] = typer.Option([], help="Run only these benchmarks (orchestration, throughput, embedded, sandbox, search).")) -> None:
+         model_latency_questions: int = 8, calibrate_questions: int = 3,
+         only: list[str] = typer.Option([], help="Run only these benchmarks (orchestration, orchestration_at_model_latency, "
+                                                  "throughput, embedded_model, sandbox, search).")) -> None:
     """Run the benchmarks and write one JSON file."""
     result: dict[str, Any] = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
                               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -410,6 +469,8 @@ def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 
             return system[0]
 
         benches = [("orchestration", lambda: bench_orchestration(sys_(), questions, repeat)),
+                   ("orchestration_at_model_latency", lambda: bench_orchestration_at_model_latency(
+                       work, model_latency_questions, repeat, calibrate_questions)),
                    ("throughput", lambda: bench_throughput(sys_(), tool_questions, tool_wait_s)),
                    ("embedded_model", lambda: bench_embedded(embed_tokens, embed_rounds)),
                    ("sandbox", lambda: bench_sandbox(5)),

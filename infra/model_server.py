@@ -215,10 +215,14 @@ class ModelServer:
 class ModelRouter:
     """Hands out the base_url of the healthy replica with the fewest leases (round-robin among ties)."""
 
-    def __init__(self, name: str, replicas: list[Any], timeout_s: float = 10.0):
+    def __init__(self, name: str, replicas: list[Any], timeout_s: float = 10.0, url_ttl_s: float = 2.0):
         self.name = name
         self.replicas = replicas
         self.timeout_s = timeout_s
+        # a replica's url changes only when its actor restarts; asking the actor on every lease cost a
+        # Ray round trip per question (10-25 ms on a busy 2-core node), so an answer is reused this long
+        self.url_ttl_s = url_ttl_s
+        self._urls: list[tuple[str, float] | None] = [None] * len(replicas)
         self.in_flight = [0] * len(replicas)
         self.leases = [0] * len(replicas)  # total handed out, per replica
         self._next = 0
@@ -241,7 +245,7 @@ class ModelRouter:
         errors = []
         for i in order:
             try:
-                url = ray.get(self.replicas[i].base_url.remote(), timeout=self.timeout_s)
+                url = self._url(i)
             except (RayActorError, GetTimeoutError) as exc:
                 errors.append(f"replica {i}: {type(exc).__name__}")
                 continue
@@ -255,6 +259,18 @@ class ModelRouter:
                     self.in_flight[i] -= 1
             return
         raise ModelServerError(f"no replica of model server {self.name!r} answers ({'; '.join(errors)})")
+
+    def _url(self, i: int) -> str:
+        import ray
+
+        cached = self._urls[i]
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.url_ttl_s:
+            return cached[0]
+        self._urls[i] = None
+        url = ray.get(self.replicas[i].base_url.remote(), timeout=self.timeout_s)  # also: is the actor alive?
+        self._urls[i] = (url, now)
+        return url
 
     def status(self) -> list[dict[str, Any]]:
         import ray
@@ -299,7 +315,7 @@ def start_model_servers(ray_cfg: RayConfig) -> dict[str, ModelRouter]:
                 ray.get([r.base_url.remote() for r in replicas], timeout=cfg.startup_timeout_s + 30)
             except Exception as exc:
                 raise ModelServerError(f"model server {name!r} did not start: {str(exc).splitlines()[0][:300]}") from exc
-            _ROUTERS[key] = routers[name] = ModelRouter(name, replicas)
+            _ROUTERS[key] = routers[name] = ModelRouter(name, replicas, url_ttl_s=cfg.health_interval_s)
             log.info("model_server_ready", server=name, engine=cfg.engine, replicas=cfg.replicas)
     return routers
 

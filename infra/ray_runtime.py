@@ -112,6 +112,8 @@ class RayRuntime:
 
     def __init__(self, routers: dict[str, "ModelRouter"]):
         self.routers = routers
+        self._derived: dict[tuple, tuple[Settings, Settings]] = {}  # (id, urls) -> (base, derived)
+        self._derived_lock = threading.Lock()
 
     @classmethod
     def start(cls, settings: Settings) -> "RayRuntime":
@@ -133,14 +135,29 @@ class RayRuntime:
             yield settings
             return
         with contextlib.ExitStack() as stack:
-            tree = settings.model_dump(mode="json")
-            for name, router in self.routers.items():
-                base_url = stack.enter_context(router.lease())
-                server = settings.ray.model_servers[name]
-                for role in server.roles:
-                    role_cfg = tree["models"].get(role) or {}
-                    role_cfg.update(backend="openai", base_url=base_url, model=server.model)
-                    if server.engine == "llama_cpp":  # sample as the embedded backend does (the server's default is 1.1)
-                        role_cfg["extra_body"] = {"repeat_penalty": 1.0, **(role_cfg.get("extra_body") or {})}
-                    tree["models"][role] = role_cfg
-            yield Settings.model_validate(tree)
+            urls = {name: stack.enter_context(router.lease()) for name, router in self.routers.items()}
+            key = (id(settings), tuple(sorted(urls.items())))
+            with self._derived_lock:
+                hit = self._derived.get(key)
+            if hit is not None and hit[0] is settings:  # validating Settings reads the environment: ms per question
+                yield hit[1]
+                return
+            derived = self._with_servers(settings, urls)
+            with self._derived_lock:
+                if len(self._derived) > 256:
+                    self._derived.clear()
+                self._derived[key] = (settings, derived)
+            yield derived
+
+    @staticmethod
+    def _with_servers(settings: Settings, urls: dict[str, str]) -> Settings:
+        tree = settings.model_dump(mode="json")
+        for name, base_url in urls.items():
+            server = settings.ray.model_servers[name]
+            for role in server.roles:
+                role_cfg = tree["models"].get(role) or {}
+                role_cfg.update(backend="openai", base_url=base_url, model=server.model)
+                if server.engine == "llama_cpp":  # sample as the embedded backend does (the server's default is 1.1)
+                    role_cfg["extra_body"] = {"repeat_penalty": 1.0, **(role_cfg.get("extra_body") or {})}
+                tree["models"][role] = role_cfg
+        return Settings.model_validate(tree)

@@ -513,9 +513,9 @@ def check_schema(ctx: StepContext) -> Outcome:
         return failed(name, f"result is for step {result.step_id} ({result.tool}), plan is step {plan.step_id} ({plan.tool})",
                       FailureType.schema, "the result does not belong to this plan; re-run the step")
     try:
-        jsonschema.validate(plan.args, card.input_schema)
+        card.validate_args(plan.args)
         if result.status is ResultStatus.ok:
-            jsonschema.validate(result.data, card.output_schema)
+            card.validate_data(result.data)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         return failed(name, f"{where}: {exc.message}", FailureType.schema,

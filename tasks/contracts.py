@@ -11,8 +11,10 @@ import json
 import re
 from datetime import datetime, timezone
 from enum import Enum
+from functools import lru_cache
 from typing import Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = 1
@@ -128,6 +130,29 @@ class ToolCard(_Record):
     primary_arg: str = Field(description="The argument a Planner's single tool_input string fills.")
     cost: float = Field(ge=0, description="Cost units charged per call against the tool budget.")
     timeout_s: float = Field(gt=0, description="Longest a call may run; also its wall-clock reservation.")
+
+    def validate_args(self, args: Any) -> None:
+        """jsonschema.ValidationError (the best match) when Plan.args do not fit input_schema."""
+        _validate(args, self.input_schema)
+
+    def validate_data(self, data: Any) -> None:
+        """jsonschema.ValidationError (the best match) when Result.data does not fit output_schema."""
+        _validate(data, self.output_schema)
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _validate(instance: Any, schema: dict[str, Any]) -> None:
+    # as jsonschema.validate, but the schema is checked once, not on every call (it was ~5 ms a step)
+    error = jsonschema.exceptions.best_match(_validator(json.dumps(schema, sort_keys=True)).iter_errors(instance))
+    if error is not None:
+        raise error
 
 
 # --------------------------------------------------------------------------- plan / result / verdict

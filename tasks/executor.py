@@ -21,7 +21,7 @@ def execute(plan: Plan, settings: Settings, deadline_s: float | None = None) -> 
     t0 = time.perf_counter()
     try:
         tool = get_tool(plan.tool, settings)
-        jsonschema.validate(plan.args, tool.card.input_schema)
+        tool.card.validate_args(plan.args)
     except jsonschema.ValidationError as exc:
         return Result(step_id=plan.step_id, tool=plan.tool, status=ResultStatus.error,
                       error=f"invalid arguments for {plan.tool}: {exc.message}")
