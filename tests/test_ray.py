@@ -246,6 +246,69 @@ def test_model_servers_restart_crashed_servers_and_the_router_balances(cluster):
                 assert _healthy(url)
 
 
+class _FakeReplica:
+    """Stands in for a model-server actor handle: counts how often the router asks for its url."""
+
+    def __init__(self, url: str, asked: list[str]):
+        import ray
+
+        replica = self
+
+        class _BaseUrl:
+            def remote(self):
+                asked.append(url)
+                if replica.dead:
+                    from ray.exceptions import RayActorError
+
+                    raise RayActorError()
+                return ray.put(url)
+
+        self.dead = False
+        self.base_url = _BaseUrl()
+
+
+def test_the_router_asks_a_replica_for_its_url_once_per_ttl_not_once_per_lease(cluster):
+    from infra.model_server import ModelRouter
+
+    asked: list[str] = []
+    a, b = _FakeReplica("http://a/v1", asked), _FakeReplica("http://b/v1", asked)
+    router = ModelRouter("m", [a, b], url_ttl_s=0.5)
+    urls = []
+    for _ in range(6):
+        with router.lease() as url:
+            urls.append(url)
+    assert sorted(set(urls)) == ["http://a/v1", "http://b/v1"] and len(asked) == 2  # one Ray round trip per replica
+    time.sleep(0.6)
+    b.dead = True  # found out at the next check, after the ttl
+    for _ in range(4):
+        with router.lease() as url:
+            assert url == "http://a/v1"
+    assert router.leases == [7, 3]  # after the check b is no longer handed out
+    a.dead = True
+    time.sleep(0.6)
+    with pytest.raises(ModelServerError, match="no replica"):
+        with router.lease():
+            pass
+
+
+def test_a_question_s_settings_are_derived_once_per_replica_and_base_settings(cluster, tmp_path):
+    from infra.ray_runtime import RayRuntime
+
+    class _Router:
+        @contextlib.contextmanager
+        def lease(self):
+            yield "http://127.0.0.1:9/v1"
+
+    base = _settings(cluster, model_servers={"m": scripted_server_config(10)})
+    runtime = RayRuntime({"m": _Router()})
+    with runtime.question_settings(base) as one, runtime.question_settings(base) as two:
+        assert one is two and one.models.planner.base_url == "http://127.0.0.1:9/v1"
+    other = base.model_copy(deep=True)
+    other.budget.max_steps = base.budget.max_steps + 1
+    with runtime.question_settings(other) as three:
+        assert three is not one and three.budget.max_steps == base.budget.max_steps + 1
+
+
 def _try(fn):
     try:
         return fn()
