@@ -2,12 +2,15 @@
 
 Per training seed: train the Planner adapter on the synthetic world's train split (wording families
 direct/imperative/report) with the deterministic Verifier as the only judge inside the training
-reward; then evaluate modular-trained, modular and monolithic on the test split (unseen families
+reward; then evaluate modular-trained, modular-base, modular and monolithic on the test split (unseen families
 polite/briefing, other entities) under the SAME budget and tools but a DIFFERENT judge
 configuration: `verifier.mode=hybrid` with the embedded model as LLM judge. The score is the
 world's mechanical scorer in both cases. Writes ``<out>/bench_train.json`` (per seed and system:
 accuracy, plus training time per step and peak RSS) and keeps every training and evaluation
-directory under ``<out>``.
+directory under ``<out>``. ``modular-base`` (the same transformers Planner with the adapter off) is
+the control that separates the effect of training from the change of backend; the pooled result
+over seeds gives each system's accuracy and the paired differences (trained - base, trained -
+modular) with 95% bootstrap intervals over questions, and whether the issue's target is met.
 
     python -m flows.bench_train --out bench-train --seeds 3 --steps 20 --train-questions 40 --test-questions 30
 """
@@ -37,9 +40,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     _prepare_env()  # the CLI's local, quiet, offline Prefect/Ray defaults, before they are imported
 
+    import pyarrow.parquet as pq
+
     from flows.evaluate import evaluate
     from flows.train import run_training
     from infra.models import clear_backend_cache
+    from infra.models.hf_policy import forget_policies
+    from tasks.metrics import accuracy_stats, paired_difference
     from infra.ray_runtime import shutdown_ray
     from infra.settings import load_settings
     from infra.world import generate_world, write_world
@@ -74,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
         eval_settings = load_settings(None, a.overrides, **common, **{
             "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "max_tokens": 64}})
         clear_backend_cache()
-        ev = evaluate("world", str(eval_data), ["modular-trained", "modular", "monolithic"], 1,
+        forget_policies()  # with workers=0 the learner is registered as the adapter-less policy: not the base
+        ev = evaluate("world", str(eval_data), SYSTEMS, 1,
                       str(out / f"eval-seed{seed}"), eval_settings, adapter=adapter, progress=False, prefect_tasks=False)
         summary_json = json.loads((out / f"eval-seed{seed}" / "summary.json").read_text())
         report["seeds"][seed] = {
@@ -87,12 +95,27 @@ def main(argv: list[str] | None = None) -> dict:
             "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
         }
         (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
-    systems = ["modular-trained", "modular", "monolithic"]
-    report["mean_accuracy"] = {s: sum(v["accuracy"].get(s, 0.0) for v in report["seeds"].values()) / max(1, a.seeds)
-                               for s in systems}
+    rows: dict[str, list[dict]] = {name: [] for name in SYSTEMS}  # every seed's rows, seed = training seed
+    for seed in range(a.seeds):
+        for r in pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist():
+            if r["system"] in rows:
+                rows[r["system"]].append({**r, "seed": seed})
+    report["accuracy"] = {name: accuracy_stats(r) for name, r in rows.items()}
+    report["mean_accuracy"] = {name: stats["mean"] for name, stats in report["accuracy"].items()}
+    report["paired"] = {f"{x} - {y}": paired_difference(rows[x], rows[y])
+                        for x, y in (("modular-trained", "modular-base"), ("modular-trained", "modular"),
+                                     ("modular-trained", "monolithic"), ("modular-base", "modular"))}
+    claim = report["paired"]["modular-trained - modular"]
+    report["target"] = {"wanted": "modular-trained >= modular + 0.10, 95% interval of the paired difference above 0",
+                        "met": bool(claim["mean_diff"] is not None and claim["mean_diff"] >= 0.10
+                                    and claim["ci95"] and claim["ci95"][0] > 0)}
     (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
-    print(json.dumps(report["mean_accuracy"], indent=2))
+    print(json.dumps({"mean_accuracy": report["mean_accuracy"], "paired": report["paired"], "target": report["target"]},
+                     indent=2))
     return report
+
+
+SYSTEMS = ["modular-trained", "modular-base", "modular", "monolithic"]
 
 
 if __name__ == "__main__":  # pragma: no cover

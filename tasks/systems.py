@@ -9,7 +9,10 @@ A SystemFn is ``fn(question, settings, *, run_id, log=None, options=SystemOption
 - ``modular-trained``: the loop with the Planner switched to a Flow-GRPO-trained LoRA adapter
   (``SystemOptions.adapter``, CLI ``--adapter``: a checkpoint's ``adapter/`` directory) on the
   ``hf_policy`` backend; every other role keeps its configured backend. Without an adapter it
-  refuses (SystemUnavailable), never running the untrained Planner under this name.
+  refuses (SystemUnavailable), never running the untrained Planner under this name;
+- ``modular-base``: the control for ``modular-trained``: the same ``hf_policy`` backend, sampling
+  and reply template, with the adapter off (the base model). Trained minus base is the effect of
+  training; trained minus ``modular`` also carries the change of backend (llama.cpp -> transformers).
 
 The modular systems import the loop from flows/ when called, as tasks/monolithic.py does for the
 shared outcome type: the registry lives with the other systems, the loop stays a flow.
@@ -72,6 +75,29 @@ def _modular_trained(question: Question, settings: Settings, *, run_id: str, log
     return _modular(question, trained_settings(settings, options.adapter), run_id=run_id, log=log, options=options)
 
 
+def _modular_base(question: Question, settings: Settings, *, run_id: str, log: RunLog | None = None,
+                  options: SystemOptions = SystemOptions()):
+    return _modular(question, base_policy_settings(settings, options.adapter), run_id=run_id, log=log, options=options)
+
+
+def base_policy_settings(settings: Settings, adapter: str | None = None) -> Settings:
+    """`settings` with the Planner on hf_policy without an adapter: the base model, replying in the template a
+    trained adapter uses (the one saved with `adapter` when given, else train.template_fields)."""
+    from infra.models.hf_policy import POLICY_FILE
+
+    fields = list(settings.models.planner.template_fields or settings.train.template_fields)
+    saved = Path(adapter) / POLICY_FILE if adapter else None
+    if saved is not None and saved.is_file() and not settings.models.planner.template_fields:
+        import json
+
+        fields = list(json.loads(saved.read_text()).get("template_fields") or fields)
+    s = settings.model_copy(deep=True)
+    s.models.planner = s.models.planner.model_copy(update=dict(
+        backend="hf_policy", adapter=None, model_path=settings.train.base_model, template_fields=fields,
+        model=f"{s.models.planner.model}+base"))
+    return s
+
+
 def trained_settings(settings: Settings, adapter: str) -> Settings:
     """`settings` with the Planner on the trained adapter (hf_policy; base model from train.base_model)."""
     s = settings.model_copy(deep=True)
@@ -88,6 +114,7 @@ SYSTEMS: dict[str, SystemFn] = {
     "modular": _modular,
     "modular-nomem": _modular_nomem,
     "modular-trained": _modular_trained,
+    "modular-base": _modular_base,
 }
 
 

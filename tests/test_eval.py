@@ -38,7 +38,7 @@ def _gsm8k_raw(tmp_path: Path) -> Path:
 
 
 def test_registry_names_every_system():
-    assert list(SYSTEMS) == ["direct", "monolithic", "modular", "modular-nomem", "modular-trained"]
+    assert list(SYSTEMS) == ["direct", "monolithic", "modular", "modular-nomem", "modular-trained", "modular-base"]
     assert parse_systems("direct, modular,direct") == ["direct", "modular"]
     with pytest.raises(SystemUnavailable, match="unknown system 'modulr'"):
         parse_systems("modulr")

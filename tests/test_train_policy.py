@@ -124,6 +124,38 @@ def test_modular_trained_runs_the_loop_on_the_adapter(tiny_dir, tmp_path):
     assert out.answer.text
 
 
+def test_modular_base_is_the_same_backend_and_template_with_the_adapter_off(tiny_dir, tmp_path):
+    from infra.models.hf_policy import policy_model
+    from tasks.systems import SYSTEMS, SystemOptions, base_policy_settings, trained_settings
+
+    PolicyModel(str(tiny_dir), trainable=True, template_fields=["tool", "tool_input"]).save_adapter(tmp_path / "adapter")
+    settings = scripted_settings([plan("answer")], generator=[answer("391", 1)])
+    settings.train.base_model = str(tiny_dir)
+    settings.models.planner.max_input_tokens = 8192
+    settings.models.planner.max_tokens = 48
+    adapter = str(tmp_path / "adapter")
+    base, trained = base_policy_settings(settings, adapter), trained_settings(settings, adapter)
+    assert base.models.planner.backend == trained.models.planner.backend == "hf_policy"
+    assert base.models.planner.adapter is None and base.models.planner.model_path == trained.models.planner.model_path
+    assert base.models.planner.template_fields == ["tool", "tool_input"]  # the adapter's own template
+    assert base_policy_settings(settings).models.planner.template_fields == settings.train.template_fields
+    assert base.models.generator == settings.models.generator  # only the Planner changes
+    # adapter off = the base model: the fresh LoRA's B matrices are zero, so its logprobs are the reference's
+    policy = policy_model(base.models.planner)
+    p = policy.encode_chat([{"role": "user", "content": "hi"}])
+    ids = policy.tokenizer.encode(" hello there", add_special_tokens=False)
+    import torch
+
+    with torch.no_grad():
+        lp_adapter, _ = policy.token_logprobs(p, ids)
+        lp_reference, _ = policy.token_logprobs(p, ids, reference=True)
+    assert torch.allclose(lp_adapter, lp_reference)
+    out = SYSTEMS["modular-base"](Question(id="q", question="What is 17 * 23?"), settings, run_id="t",
+                                  options=SystemOptions(prefect_tasks=False, adapter=adapter))
+    planner_records = [r for r in out.records if r.role.value == "planner"]
+    assert planner_records and all(r.model == base.models.planner.model for r in planner_records)
+
+
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_checkpoint_roundtrip(tiny_dir, tmp_path, where, request):
     from flows.train import Checkpoints
