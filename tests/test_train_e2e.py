@@ -13,6 +13,9 @@ pytest.importorskip("peft")
 pytest.importorskip("gguf")
 
 
+_RAY_TMP = tempfile.TemporaryDirectory(prefix="afe-")  # a short path (unix sockets); removed at exit
+
+
 @pytest.mark.slow
 def test_real_training_run_writes_a_checkpoint_that_resumes(tmp_path):
     from flows.train import run_training
@@ -34,7 +37,7 @@ def test_real_training_run_writes_a_checkpoint_that_resumes(tmp_path):
             "tools.allow": ["python", "search"],
             "train.train_questions": str(tmp_path / "world"), "train.steps": steps, "train.questions_per_step": 1,
             "train.group_size": 2, "train.workers": workers, "train.eval_every": 0, "train.checkpoint_every": 1,
-            "ray.temp_dir": tempfile.mkdtemp(prefix="afe-"), "ray.num_cpus": 2,
+            "ray.temp_dir": _RAY_TMP.name, "ray.num_cpus": 2,
         })
 
     out = str(tmp_path / "out")

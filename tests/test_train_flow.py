@@ -18,6 +18,9 @@ from tests.scripted import answer  # noqa: E402
 from tests.tiny_policy import write_tiny_model  # noqa: E402
 
 
+_RAY_TMP = tempfile.TemporaryDirectory(prefix="aft-")  # a short path (unix sockets); removed at exit
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     from infra.world import generate_world, write_world
@@ -41,7 +44,7 @@ def _settings(world, tiny_dir, tmp_path, **extra):
         "train.train_questions": str(world / "train"), "train.val_questions": str(world / "test"),
         "train.base_model": str(tiny_dir), "train.steps": 2, "train.questions_per_step": 2, "train.group_size": 2,
         "train.workers": 1, "train.eval_every": 2, "train.eval_questions": 2, "train.checkpoint_every": 1,
-        "ray.temp_dir": tempfile.mkdtemp(prefix="aft-"), "ray.num_cpus": 2,  # short: unix socket paths
+        "ray.temp_dir": _RAY_TMP.name, "ray.num_cpus": 2,  # short: unix socket paths
     }
     values.update(extra)
     return load_settings(None, None, **values)
