@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from infra.world import FILES, FORMAT, WorldError, WorldKnobs, generate_world, world_files, write_world
+from infra.world import FILES, FORMAT, KINDS, WorldError, WorldKnobs, generate_world, world_files, write_world
 
 world_app = typer.Typer(
     help="Synthetic research worlds: a generated corpus with checkable questions (stale, conflicting, "
@@ -45,6 +45,22 @@ def _existing_world(out: Path) -> dict | None:
         return None
 
 
+def parse_kind_weights(text: str) -> dict[str, float]:
+    """'lookup=1,calc=0.5' -> {'lookup': 1.0, 'calc': 0.5}; a bare name weighs 1. WorldError when malformed."""
+    weights: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, _, value = part.partition("=")
+        try:
+            weights[name.strip()] = float(value) if value.strip() else 1.0
+        except ValueError:
+            raise WorldError(f"--kinds: {part!r} is not kind=weight (a number)") from None
+    if not weights:
+        raise WorldError(f"--kinds: no kind given; kinds are {list(KINDS)}")
+    return weights
+
+
 @world_app.command("generate")
 def generate(
     out: Path = typer.Option(..., "--out", help="Directory for corpus.jsonl, questions.jsonl and manifest.json."),
@@ -56,13 +72,16 @@ def generate(
     stale_rate: float = typer.Option(0.3, min=0.0, max=1.0, help="Older documents with superseded values."),
     conflict_rate: float = typer.Option(0.1, min=0.0, max=1.0, help="Equal-date conflicting sources (answer: uncertain)."),
     injection_rate: float = typer.Option(0.1, min=0.0, max=1.0, help="Documents with instruction-like text."),
+    kinds: Optional[str] = typer.Option(None, "--kinds", help="Question kinds and their weights, e.g. 'lookup=1,calc=1' "
+                                        "(kinds: " + ", ".join(KINDS) + "); default: the mix of all kinds."),
     force: bool = typer.Option(False, "--force", help="Replace a different world already in --out."),
     reuse: bool = typer.Option(False, "--reuse", help="Keep a world already in --out if it was made with these options."),
 ) -> None:
     """Generate a world: fictional entities, a corpus about them, and questions with gold paths."""
     try:
+        extra = {"kind_weights": parse_kind_weights(kinds)} if kinds is not None else {}
         knobs = WorldKnobs(max_hops=max_hops, distractor_rate=distractor_rate, stale_rate=stale_rate,
-                           conflict_rate=conflict_rate, injection_rate=injection_rate)
+                           conflict_rate=conflict_rate, injection_rate=injection_rate, **extra)
     except WorldError as exc:
         _fail(str(exc), 2)
     if out.exists() and not out.is_dir():

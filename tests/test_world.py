@@ -464,8 +464,20 @@ def test_cli_reuse_keeps_a_matching_world(cli, tmp_path):
     assert r.exit_code != 0
 
 
+def test_cli_kinds_sets_the_question_mix(cli, tmp_path):
+    r = cli("generate", "-n", "30", "--out", str(tmp_path / "w"), "--kinds", "lookup=1, yes_no")
+    assert r.exit_code == 0, r.output
+    qs = [json.loads(line) for line in (tmp_path / "w" / "questions.jsonl").read_text().splitlines()]
+    assert {q["kind"] for q in qs} == {"lookup", "yes_no"}
+    knobs = WorldKnobs(kind_weights={"lookup": 1.0, "yes_no": 1.0})
+    assert (tmp_path / "w" / "questions.jsonl").read_bytes() == world_files(generate_world(0, 30, knobs=knobs))["questions.jsonl"]
+    manifest = json.loads((tmp_path / "w" / "manifest.json").read_text())
+    assert manifest["knobs"]["kind_weights"] == {"lookup": 1.0, "yes_no": 1.0}
+
+
 @pytest.mark.parametrize("args", [
     ["--questions", "-3"], ["--questions", "0"], ["--split", "dev"], ["--stale-rate", "2"], ["--max-hops", "5"],
+    ["--kinds", "lookup=x"], ["--kinds", "riddle=1"], ["--kinds", ","], ["--kinds", "lookup=0"],
 ])
 def test_cli_bad_arguments_exit_non_zero(cli, tmp_path, args):
     r = cli("generate", "--out", str(tmp_path / "w"), *args)
