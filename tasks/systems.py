@@ -83,14 +83,10 @@ def _modular_base(question: Question, settings: Settings, *, run_id: str, log: R
 def base_policy_settings(settings: Settings, adapter: str | None = None) -> Settings:
     """`settings` with the Planner on hf_policy without an adapter: the base model, replying in the template a
     trained adapter uses (the one saved with `adapter` when given, else train.template_fields)."""
-    from infra.models.hf_policy import POLICY_FILE
+    from infra.models.hf_policy import saved_template_fields
 
-    fields = list(settings.models.planner.template_fields or settings.train.template_fields)
-    saved = Path(adapter) / POLICY_FILE if adapter else None
-    if saved is not None and saved.is_file() and not settings.models.planner.template_fields:
-        import json
-
-        fields = list(json.loads(saved.read_text()).get("template_fields") or fields)
+    fields = (list(settings.models.planner.template_fields) or (saved_template_fields(adapter) if adapter else [])
+              or list(settings.train.template_fields))
     s = settings.model_copy(deep=True)
     s.models.planner = s.models.planner.model_copy(update=dict(
         backend="hf_policy", adapter=None, model_path=settings.train.base_model, template_fields=fields,

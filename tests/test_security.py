@@ -11,7 +11,7 @@ import json
 import threading
 import traceback
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +25,7 @@ from flows.cli import app
 from flows.research import DIRECT_STEPS
 from infra import events
 from infra.events import REDACTED, RunLog, configure_process_logging, redact, register_secret
+from infra.model_server import JsonHandler
 from infra.models import build_backend, clear_backend_cache
 from infra.models.base import ModelError
 from infra.models.openai_compat import OpenAIBackend
@@ -48,18 +49,7 @@ class EchoServer:
         self.seen: list[str] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, body: dict):
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 self._send(200, {"object": "list", "data": [{"id": "echo-model", "object": "model"}]})
 

@@ -138,6 +138,16 @@ def load_base(path: str | None, device: str = "cpu"):
     return tokenizer, model
 
 
+def saved_template_fields(adapter: str | Path) -> list[str]:
+    """The reply template saved with an adapter (save_adapter's POLICY_FILE); [] when it has none."""
+    path = Path(adapter) / POLICY_FILE
+    if not path.is_file():
+        return []
+    import json as _json
+
+    return list(_json.loads(path.read_text()).get("template_fields") or [])
+
+
 class PolicyModel:
     """Base model + LoRA adapter: sampling with recorded logprobs, per-token logprobs for training, adapter I/O."""
 
@@ -166,10 +176,8 @@ class PolicyModel:
         self.eos_ids = self._eos_ids()
         self.template_fields: list[str] = list(template_fields or [])
         """How this policy replies (kept with a saved adapter); a config's template_fields take precedence."""
-        if adapter and not self.template_fields and (Path(adapter) / POLICY_FILE).is_file():
-            import json as _json
-
-            self.template_fields = list(_json.loads((Path(adapter) / POLICY_FILE).read_text()).get("template_fields", []))
+        if adapter and not self.template_fields:
+            self.template_fields = saved_template_fields(adapter)
         self.turns: list[Turn] = []
         self.recording = False
         """Keep a Turn per call (rollout workers switch it on; inference with a trained adapter keeps nothing)."""
