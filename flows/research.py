@@ -113,7 +113,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             plan = prior.recheck_plan(record, policy.steps)  # the same tool call, run again now
             fresh = prior.claimed(record, steps.execute_step(plan, tid, settings, deadline()))  # + the prior claim
             ledger.executor(plan, fresh)
-            verdict = prior.judge(record, fresh, steps.verify_step(plan, fresh, memory.accepted_view(), tid, settings))
+            verdict = prior.judge(record, fresh, steps.verify_step(plan, fresh, memory.accepted_view(), tid, settings, q))
             ledger.verifier(plan, verdict, 0.0)
             memory.record(plan, fresh, verdict, prior_id=record.id, prior_run=record.run_id)
             feedback = prior.note(record, verdict)  # a rejection (and its correction) is the Planner's first feedback
@@ -150,7 +150,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             if stop:
                 break
             t0 = time.perf_counter()
-            verdict = steps.verify_step(plan, result, memory.accepted_view(), tid, settings)
+            verdict = steps.verify_step(plan, result, memory.accepted_view(), tid, settings, q)
             ledger.verifier(plan, verdict, (time.perf_counter() - t0) * 1000)
             item = memory.record(plan, result, verdict)  # only accepted results become evidence
             if verdict.accepted and verdict.supersedes:  # a newer source replaces an older accepted item

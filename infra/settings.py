@@ -53,6 +53,9 @@ class ModelConfig(_Section):
     adapter: str | None = Field(default=None, description="hf_policy/vllm_policy: a saved PEFT LoRA adapter directory "
                                 "(a trained Planner); None: a fresh adapter (hf_policy) or the base model (vllm_policy).")
     device: str = Field(default="cpu", description="hf_policy: torch device (cpu, cuda, cuda:1).")
+    demos: bool = Field(default=True, description="Show this role's worked examples (tasks/demos.py: one invented lookup and "
+                        "one calculation, in the role's own reply format) before the real prompt. Small models need them; "
+                        "a strong model can go without.")
     template_fields: list[str] = Field(default_factory=list, description="hf_policy/vllm_policy: reply as a JSON object "
                                        "of these string fields, keys and quotes forced, values sampled (a field with a "
                                        "JSON-schema enum, like the tool, is sampled among its values); empty: free text.")

@@ -96,6 +96,7 @@ class StepContext:
     options: CheckOptions = field(default_factory=CheckOptions)
     claim: Claim | None = None  # explicit (data["claim"]) or derived (python, generalist)
     explicit: bool = False
+    question: str = ""  # the question's text: given data, like accepted evidence ("" when unknown)
 
     @property
     def passages(self) -> list[dict]:
@@ -743,7 +744,7 @@ def check_recomputation(ctx: StepContext) -> Outcome:
                       f"the step claims {ctx.claim.value} but its program prints {printed}; report what the program computes")
     # b. operands come from the plan or the evidence
     cited_ids = [c for c in (ctx.claim.cites if ctx.explicit and ctx.claim else []) if ctx.memory_item(c)]
-    plan_nums = _numbers_of(_plan_text(ctx.plan))
+    plan_nums = _numbers_of(_plan_text(ctx.plan) + " " + ctx.question)
     scope = [ctx.memory_item(c) for c in cited_ids] if cited_ids else ctx.view
     evid_nums: dict[Decimal, str] = {}
     for item in scope:
@@ -775,6 +776,11 @@ def check_recomputation(ctx: StepContext) -> Outcome:
                               f"the program uses {canonical_number(str(lit))}, which neither the question nor the evidence "
                               "gives; use the stated values")
             open_q = f"operand {canonical_number(str(lit))} appears neither in the plan nor in accepted evidence"
+        elif ctx.question:  # the question states no number and nothing is verified yet: the value was recalled
+            return failed(name, f"operand {canonical_number(str(lit))}: the question states no number and no evidence is "
+                          "accepted yet", FailureType.unsupported,
+                          f"the program uses {canonical_number(str(lit))}, a number from memory: neither the question nor "
+                          "any verified evidence gives it; find it with a tool that cites a source")
     if open_q is None:
         notes.append("operands grounded")
     # c. re-run deterministic programs

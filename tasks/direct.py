@@ -47,7 +47,7 @@ def run_direct(question: Question, settings: Settings, *, run_id: str, log: RunL
         stop = Stop(StopReason.budget_exhausted, limit, f"the answer call would exceed {limit.value}")
     else:
         try:
-            c = build_backend(cfg).complete(direct_messages(question.question), max_tokens=cfg.max_tokens,
+            c = build_backend(cfg).complete(direct_messages(question.question, cfg.demos), max_tokens=cfg.max_tokens,
                                             temperature=cfg.temperature, seed=cfg.seed,
                                             deadline_s=budget.remaining_wall_s())
         except ModelError as exc:

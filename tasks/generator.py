@@ -33,7 +33,7 @@ class Generator:
             return GenerationOutcome(text=NO_EVIDENCE)
         by_step = {item.step_id: item for item in view}
         try:
-            c = self.backend.complete(generator_messages(question, view, self.view_chars),
+            c = self.backend.complete(generator_messages(question, view, self.view_chars, self.config.demos),
                                       json_schema=answer_draft_schema(sorted(by_step)), max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
         except ModelError as exc:

@@ -66,7 +66,7 @@ def run_monolithic(question: Question, settings: Settings, *, run_id: str, log: 
         if stop:
             break
         step_id = policy.steps
-        messages = monolithic_messages(question.question, cards, observations, settings.memory.view_chars)
+        messages = monolithic_messages(question.question, cards, observations, settings.memory.view_chars, cfg.demos)
         try:
             c = backend.complete(messages, json_schema=schema, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
                                  seed=cfg.seed, deadline_s=deadline())

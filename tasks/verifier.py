@@ -173,10 +173,11 @@ class Verifier:
 
     # ------------------------------------------------------------------ entry points
 
-    def verify(self, plan: Plan, result: Result, view: list[MemoryItem]) -> Verdict:
-        """Judge one step's result against its plan and the accepted evidence."""
+    def verify(self, plan: Plan, result: Result, view: list[MemoryItem], question: str = "") -> Verdict:
+        """Judge one step's result against its plan and the accepted evidence; `question` (its text) is given data
+        too: numbers it states ground a program's operands."""
         ctx = StepContext(plan=plan, result=result, card=self.cards.get(plan.tool), view=view,
-                          as_of=as_of_datetime(self.settings.as_of), options=self.options)
+                          as_of=as_of_datetime(self.settings.as_of), options=self.options, question=question)
         if self.mode == "llm":
             try:
                 claim = explicit_claim(result)
@@ -300,6 +301,7 @@ def build_verifier(settings: Settings, mode: str | None = None) -> Verifier:
 
 
 @task(name="verify_step", retries=0, cache_policy=NO_CACHE, task_run_name="verify-{task_id}-step{plan.step_id}")
-def verify_step(plan: Plan, result: Result, view: list[MemoryItem], task_id: str, settings: Settings) -> Verdict:
-    """Judge one step's result against its plan and the accepted evidence."""
-    return build_verifier(settings).verify(plan, result, view)
+def verify_step(plan: Plan, result: Result, view: list[MemoryItem], task_id: str, settings: Settings,
+                question: str = "") -> Verdict:
+    """Judge one step's result against its plan, the accepted evidence and the question's own data."""
+    return build_verifier(settings).verify(plan, result, view, question)

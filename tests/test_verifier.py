@@ -244,6 +244,27 @@ def test_operands_must_come_from_the_cited_evidence():
     assert "12460" in v.reason and "12400" in v.reason
 
 
+def test_the_questions_numbers_ground_operands_and_a_recalled_number_is_unsupported():
+    # the plan restates nothing; the numbers come from the question alone
+    step = python(code="print(48 * 7)", stdout="336\n", sub_goal="compute the total")
+    assert verifier(FakeRerun("336\n")).verify(*step, [], "A crate holds 48 jars. How many jars are in 7 crates?").accepted
+    v = verifier(FakeRerun("340\n")).verify(*python(code="print(48 * 7 + 4)", stdout="340\n", sub_goal="total"), [],
+                                           "A crate holds 48 jars. How many jars are in 7 crates?")
+    assert v.accepted  # 4 is a small constant, not an operand the check can hold against the question
+    v = verifier(FakeRerun("3400\n")).verify(*python(code="print(48 * 70 + 40)", stdout="3400\n", sub_goal="total"), [],
+                                            "A crate holds 48 jars. How many jars are in 7 crates?")
+    rejected_by(v, "recomputation", FailureType.recomputation)  # 70 is in neither the question nor the evidence
+    # a question without numbers and no evidence yet: printing a year is recalling it, not computing it
+    recalled = python(code="print(2020)", stdout="2020\n", sub_goal="the founding year of Shoziam")
+    v = verifier(FakeRerun("2020\n")).verify(*recalled, [], "Could you tell me the founding year of Shoziam?")
+    rejected_by(v, "recomputation", FailureType.unsupported)
+    assert "from memory" in v.reason
+    # unknown question (callers that do not pass it): as before, nothing to hold the number against
+    assert verifier(FakeRerun("2020\n")).verify(*recalled, []).accepted
+    # through the module step and the loop's signature
+    assert not verify_step(*recalled, [], "t", settings(), "Could you tell me the founding year of Shoziam?").accepted
+
+
 # ----------------------------------------------------------------------------------------- 6. assertion
 
 
