@@ -37,7 +37,8 @@ class Planner:
 
     def plan(self, question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int,
              deadline_s: float | None = None, lessons: list[PriorRecord] | None = None) -> PlanOutcome:
-        messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos)
+        messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos,
+                                    getattr(self.backend, "reply_fields", None))
         try:
             c = self.backend.complete(messages, json_schema=self.schema, max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)

@@ -94,7 +94,10 @@ def render_lessons(lessons: list[PriorRecord], now: datetime | None = None, max_
 
 
 def planner_messages(question: str, cards: dict[str, ToolCard], view: list[MemoryItem], feedback: Verdict | None,
-                     max_chars: int, lessons: list[PriorRecord] | None = None, demos: bool = False) -> list[dict[str, str]]:
+                     max_chars: int, lessons: list[PriorRecord] | None = None, demos: bool = False,
+                     reply_fields: list[str] | None = None) -> list[dict[str, str]]:
+    """The Planner's prompt; `demos` adds the worked examples, their replies in the backend's own field order
+    (`reply_fields`, e.g. a trained policy's template) when it has one."""
     tools = "\n".join(f"- {c.name}: {c.description} (tool_input = the {c.primary_arg})" for c in cards.values())
     system = (
         "You are the planner of a research agent. Decide the single next step toward answering the question.\n"
@@ -110,11 +113,12 @@ def planner_messages(question: str, cards: dict[str, ToolCard], view: list[Memor
         hint = FAILURE_HINTS.get(kind, "Try a different step.")
         parts.append(f"Last step {feedback.step_id} was rejected ({kind}): {feedback.reason}\n{hint}")
     parts.append("Next step as JSON:")
-    shown = _planner_demos(cards, max_chars, started=bool(view)) if demos else []
+    shown = _planner_demos(cards, max_chars, bool(view), reply_fields) if demos else []
     return [{"role": "system", "content": system}, *shown, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool) -> list[dict[str, str]]:
+def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool,
+                   reply_fields: list[str] | None = None) -> list[dict[str, str]]:
     """The allowed worked examples' turns in the same situation as the real one (no evidence yet, or some),
     in exactly the real prompt's form. Small models copy the nearest example, so a first step is shown only
     first steps and a later step only later ones."""
@@ -125,6 +129,8 @@ def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool) ->
                 continue
             user = f"Question: {case.question}\n\nEvidence so far:\n{render_evidence(case.view(i), max_chars)}\n\nNext step as JSON:"
             reply = {"sub_goal": step.sub_goal, "tool": step.tool, "tool_input": step.tool_input, "justification": step.justification}
+            if reply_fields:
+                reply = {f: reply.get(f, "") for f in reply_fields}
             turns += [{"role": "user", "content": user}, {"role": "assistant", "content": json.dumps(reply)}]
     return turns
 

@@ -107,3 +107,33 @@ def test_each_system_sends_the_examples_by_configuration(on, monkeypatch):
     run_direct(Question(id="q", question="2+2?"), settings, run_id="r")
     sizes = [len(r["messages"]) for r in backend.requests]
     assert sizes == ([4, 6, 4] if on else [2, 2, 2])
+
+
+def test_planner_examples_follow_the_backends_reply_template():
+    """A trained policy replies in its template's field order; its examples are shown in that form."""
+    fields = ["tool", "tool_input", "sub_goal"]
+    msgs = planner_messages("Q?", _cards("search", "python"), [], None, 2400, demos=True, reply_fields=fields)
+    for m in msgs:
+        if m["role"] == "assistant":
+            assert list(json.loads(m["content"])) == fields
+            assert m["content"].startswith('{"tool": "')  # the exact prefix the template forces
+
+    class TemplateBackend:
+        reply_fields = fields
+
+        def __init__(self):
+            self.seen = []
+
+        def complete(self, messages, **kw):
+            from infra.models.base import Completion
+            self.seen.append(messages)
+            return Completion(text='{"tool": "python", "tool_input": "print(1)", "sub_goal": "s"}', tokens_in=1,
+                              tokens_out=1, latency_ms=1.0, model="t")
+
+    from tasks.planner import Planner
+
+    settings = scripted_settings(planner=["{}"])
+    backend = TemplateBackend()
+    outcome = Planner(backend, settings.models.planner, tool_cards(settings), 2400).plan("Q?", [], None, 1)
+    assert outcome.plan is not None and outcome.plan.tool == "python"
+    assert list(json.loads(backend.seen[0][2]["content"])) == fields

@@ -53,6 +53,7 @@ def test_planner_on_hf_policy_gets_valid_plans_and_turns_are_recorded(tiny_dir):
     planner = build_planner(settings)
     backend = build_backend(settings.models.planner)
     assert backend.policy.recording is False  # inference keeps nothing; rollout workers switch recording on
+    assert backend.reply_fields == FIELDS  # the Planner shows its worked examples in this template
     backend.policy.recording = True
     tools = set(planner.cards) | {ANSWER_TOOL}
     outcomes = [planner.plan("What is 17 * 23?", [], None, step_id=i + 1) for i in range(3)]

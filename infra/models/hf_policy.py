@@ -487,5 +487,10 @@ class HFPolicyBackend:
         return Completion(text=turn.text, tokens_in=len(prompt), tokens_out=len(turn.completion_ids),
                           latency_ms=(time.perf_counter() - t0) * 1000, model=self.name, finish_reason=turn.finish_reason)
 
+    @property
+    def reply_fields(self) -> list[str]:
+        """The JSON fields of this backend's replies, in order (worked examples are shown in the same form)."""
+        return list(self.config.template_fields or self.policy.template_fields)
+
     def drain_turns(self) -> list[Turn]:
         return self.policy.drain_turns()
