@@ -148,6 +148,17 @@ class MemoryConfig(_Section):
                                "same family counts as similar.")
 
 
+class GeneratorConfig(_Section):
+    """How the Generator states the answer."""
+
+    answer: Literal["span", "free"] = Field(
+        default="span", description="span: the answer is one of the values the verified evidence states (numbers, names, "
+        "dates, a program's printed result, yes/no; tasks/spans.py), enforced by the reply schema: a small model picks "
+        "the right value far more often than it writes it, and the answer is grounded by construction. free: the model "
+        "writes the answer (strong models; answers that are not a span of the evidence).")
+    max_spans: int = Field(default=80, ge=4, description="span: most candidate values offered (newest evidence first).")
+
+
 class VerifierConfig(_Section):
     """How steps are judged: deterministic checks, an LLM judge (models.verifier), or checks first then the judge."""
 
@@ -333,6 +344,7 @@ class Settings(BaseSettings):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     ray: RayConfig = Field(default_factory=RayConfig)

@@ -744,7 +744,9 @@ def check_recomputation(ctx: StepContext) -> Outcome:
                       f"the step claims {ctx.claim.value} but its program prints {printed}; report what the program computes")
     # b. operands come from the plan or the evidence
     cited_ids = [c for c in (ctx.claim.cites if ctx.explicit and ctx.claim else []) if ctx.memory_item(c)]
-    plan_nums = _numbers_of(_plan_text(ctx.plan) + " " + ctx.question)
+    # Given data: the question when it is known (a number the model writes into its own plan grounds nothing),
+    # else the plan's text (callers that only have the step).
+    plan_nums = _numbers_of(ctx.question) if ctx.question else _numbers_of(_plan_text(ctx.plan))
     scope = [ctx.memory_item(c) for c in cited_ids] if cited_ids else ctx.view
     evid_nums: dict[Decimal, str] = {}
     for item in scope:

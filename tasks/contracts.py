@@ -517,8 +517,9 @@ def plan_draft_schema(tools: list[str]) -> dict[str, Any]:
     return schema
 
 
-def answer_draft_schema(step_ids: list[int]) -> dict[str, Any]:
-    """JSON schema for constrained Generator decoding; citations may only name accepted steps."""
+def answer_draft_schema(step_ids: list[int], answers: list[str] | None = None) -> dict[str, Any]:
+    """JSON schema for constrained Generator decoding; citations may only name accepted steps, and the answer may
+    only be one of `answers` when they are given (the evidence's spans)."""
     claim = {
         "type": "object",
         "properties": {
@@ -531,7 +532,7 @@ def answer_draft_schema(step_ids: list[int]) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "answer": {"type": "string", "minLength": 1, "maxLength": 400},
+            "answer": {"type": "string", "enum": list(answers)} if answers else {"type": "string", "minLength": 1, "maxLength": 400},
             "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": 4},
         },
         "required": ["answer", "claims"],

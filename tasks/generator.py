@@ -18,23 +18,27 @@ from tasks.contracts import (
     answer_draft_schema,
 )
 from tasks.prompts import ParseError, generator_messages, parse_json_reply, render_evidence
+from tasks.spans import answer_spans
 
 NO_EVIDENCE = "I could not establish a verified answer: no evidence passed verification."
 
 
 class Generator:
-    def __init__(self, backend: ModelBackend, config: ModelConfig, view_chars: int):
+    def __init__(self, backend: ModelBackend, config: ModelConfig, view_chars: int, answer: str = "free", max_spans: int = 80):
         self.backend = backend
         self.config = config
         self.view_chars = view_chars
+        self.answer_mode = answer  # span: pick among the evidence's values (tasks/spans.py); free: write it
+        self.max_spans = max_spans
 
     def answer(self, question: str, view: list[MemoryItem], deadline_s: float | None = None) -> GenerationOutcome:
         if not view:
             return GenerationOutcome(text=NO_EVIDENCE)
         by_step = {item.step_id: item for item in view}
+        spans = answer_spans(view, self.max_spans, question) if self.answer_mode == "span" else None
         try:
             c = self.backend.complete(generator_messages(question, view, self.view_chars, self.config.demos),
-                                      json_schema=answer_draft_schema(sorted(by_step)), max_tokens=self.config.max_tokens,
+                                      json_schema=answer_draft_schema(sorted(by_step), spans), max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
         except ModelError as exc:
             return self._extractive(view, FailureType.model_error, str(exc), None)
@@ -60,7 +64,7 @@ class Generator:
 
 def build_generator(settings: Settings) -> Generator:
     cfg = settings.models.generator
-    return Generator(build_backend(cfg), cfg, settings.memory.view_chars)
+    return Generator(build_backend(cfg), cfg, settings.memory.view_chars, settings.generator.answer, settings.generator.max_spans)
 
 
 @task(name="generate_answer", retries=0, cache_policy=NO_CACHE, task_run_name="answer-{task_id}")

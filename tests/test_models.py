@@ -5,6 +5,7 @@ llama.cpp server in the slow test). Nothing here contacts any address but 127.0.
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -200,6 +201,33 @@ def test_embedded_json_schema_constrained(embedded):
         jsonschema.validate(data, PLAN_SCHEMA)
         valid += 1
     assert valid == len(QUESTIONS)
+
+
+@needs_model
+def test_embedded_answer_is_one_of_the_spans_and_grammars_stay_bounded(embedded):
+    """Span mode: the grammar forces one of the given values; per-question schemas do not pile up."""
+    from infra.models.embedded import GRAMMAR_CACHE
+    from tasks.contracts import answer_draft_schema
+
+    spans = ["Quaquux Troudyl", "1,796.7", "1984", "yes", "no"]
+    msgs = _msgs("Evidence (step 1): Shequipar Foundry was founded in 1984. Its revenue is 1,796.7 million dollars.\n"
+                 "Question: When was Shequipar Foundry founded? Reply with JSON {answer, claims}.")
+    c = embedded.complete(msgs, json_schema=answer_draft_schema([1], spans), max_tokens=48)
+    assert re.match(r'\{\s*"answer"\s*:\s*"([^"]*)"', c.text).group(1) in spans  # the answer comes first
+
+    def key(value):
+        return json.dumps(answer_draft_schema([1], [value]), sort_keys=True)
+
+    embedded._loaded.grammars.clear()
+    embedded._grammar(answer_draft_schema([1], ["v-first"]))
+    for i in range(GRAMMAR_CACHE - 2):
+        embedded._grammar(answer_draft_schema([1], [f"v{i}"]))
+    embedded._grammar(answer_draft_schema([1], ["v-first"]))  # used again: now the most recent
+    for i in range(GRAMMAR_CACHE - 2, GRAMMAR_CACHE + 1):
+        embedded._grammar(answer_draft_schema([1], [f"v{i}"]))
+    assert len(embedded._loaded.grammars) == GRAMMAR_CACHE
+    assert key("v-first") in embedded._loaded.grammars and key(f"v{GRAMMAR_CACHE}") in embedded._loaded.grammars
+    assert key("v0") not in embedded._loaded.grammars and key("v1") not in embedded._loaded.grammars  # least recently used
 
 
 @needs_model

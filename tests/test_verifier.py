@@ -259,6 +259,11 @@ def test_the_questions_numbers_ground_operands_and_a_recalled_number_is_unsuppor
     v = verifier(FakeRerun("2020\n")).verify(*recalled, [], "Could you tell me the founding year of Shoziam?")
     rejected_by(v, "recomputation", FailureType.unsupported)
     assert "from memory" in v.reason
+    # a number the model wrote into its own plan grounds nothing once the question is known
+    claimed = python(code="print(12.4)", stdout="12.4\n", sub_goal="the growth is 12.4 percent")
+    question = "A town of 53,305 people grows 4% a year. How many people live there after 7 years?"
+    rejected_by(verifier(FakeRerun("12.4\n")).verify(*claimed, [], question), "recomputation", FailureType.recomputation)
+    assert verifier(FakeRerun("12.4\n")).verify(*claimed, []).accepted  # without the question, the plan is all there is
     # unknown question (callers that do not pass it): as before, nothing to hold the number against
     assert verifier(FakeRerun("2020\n")).verify(*recalled, []).accepted
     # through the module step and the loop's signature

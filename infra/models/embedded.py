@@ -103,6 +103,8 @@ def default_threads() -> int:
 # --------------------------------------------------------------------------- loaded models
 
 
+GRAMMAR_CACHE = 64  # grammars kept per loaded model
+
 @dataclass
 class LoadedModel:
     llama: Any
@@ -309,13 +311,16 @@ class EmbeddedBackend:
         from llama_cpp import LlamaGrammar
 
         key = json.dumps(schema, sort_keys=True)
-        grammar = self._loaded.grammars.get(key)
+        grammar = self._loaded.grammars.pop(key, None)  # re-inserted below: least recently used goes first
         if grammar is None:
             try:
                 grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
             except Exception as exc:
                 raise ModelError(f"JSON schema cannot be turned into a grammar: {exc}") from exc
-            self._loaded.grammars[key] = grammar
+        self._loaded.grammars[key] = grammar
+        # bounded: span-mode answer schemas differ per question
+        while len(self._loaded.grammars) > GRAMMAR_CACHE:
+            self._loaded.grammars.pop(next(iter(self._loaded.grammars)))
         return grammar
 
     # -- the interface -----------------------------------------------------------------
@@ -341,13 +346,13 @@ class EmbeddedBackend:
         seed = cfg.seed if seed is None else seed
         if self._loaded.closed:  # unload_models() ran: load again (cached for everyone)
             self._loaded = load_model(self.path, cfg.n_ctx, self.n_threads)
-        grammar = self._grammar(json_schema) if json_schema is not None else None
         loaded = self._loaded
         llama = loaded.llama
 
         with loaded.lock:
             if loaded.closed:
                 raise ModelError("the embedded model was unloaded during the call; retry it")
+            grammar = self._grammar(json_schema) if json_schema is not None else None  # the cache is shared
             prompt_tokens, fmt = self.render_prompt(messages)
             n_prompt = len(prompt_tokens)
             if n_prompt > cfg.max_input_tokens:
