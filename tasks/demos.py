@@ -34,6 +34,10 @@ class DemoStep:
     data: dict | None = None  # the tool's result data (None for the final answer)
     source: Source | None = None
 
+    def reply(self) -> dict[str, str]:
+        """The step as a Planner (or monolithic agent) reply."""
+        return {"sub_goal": self.sub_goal, "tool": self.tool, "tool_input": self.tool_input, "justification": self.justification}
+
 
 @dataclass(frozen=True)
 class DemoCase:
@@ -48,6 +52,12 @@ class DemoCase:
     @property
     def tools(self) -> set[str]:
         return {s.tool for s in self.steps if s.tool != ANSWER_TOOL}
+
+    def steps_like(self, started: bool) -> list[tuple[int, DemoStep]]:
+        """(1-based index, step) of the steps in the real turn's situation: the first step when nothing is known
+        yet (started=False), the later ones otherwise. Small models copy the nearest example, so a turn is shown
+        only examples of its own kind."""
+        return [(i, s) for i, s in enumerate(self.steps, start=1) if (i > 1) == started]
 
     def view(self, upto: int) -> list[MemoryItem]:
         """The accepted evidence before step `upto` (1-based), as the Planner and Generator see it."""

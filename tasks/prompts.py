@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tasks.demos import CASES, DIRECT_QUESTION, DIRECT_REPLY, cases_for
 from tasks.contracts import ANSWER_TOOL, MemoryItem, PriorRecord, ToolCard, Verdict, utcnow
+from tasks.demos import CASES, DIRECT_QUESTION, DIRECT_REPLY, cases_for
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -119,16 +119,13 @@ def planner_messages(question: str, cards: dict[str, ToolCard], view: list[Memor
 
 def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool,
                    reply_fields: list[str] | None = None) -> list[dict[str, str]]:
-    """The allowed worked examples' turns in the same situation as the real one (no evidence yet, or some),
-    in exactly the real prompt's form. Small models copy the nearest example, so a first step is shown only
-    first steps and a later step only later ones."""
+    """The allowed worked examples' turns in the same situation as the real one (DemoCase.steps_like), in
+    exactly the real prompt's form."""
     turns: list[dict[str, str]] = []
     for case in cases_for(cards):
-        for i, step in enumerate(case.steps, start=1):
-            if (i > 1) != started:
-                continue
+        for i, step in case.steps_like(started):
             user = f"Question: {case.question}\n\nEvidence so far:\n{render_evidence(case.view(i), max_chars)}\n\nNext step as JSON:"
-            reply = {"sub_goal": step.sub_goal, "tool": step.tool, "tool_input": step.tool_input, "justification": step.justification}
+            reply = step.reply()
             if reply_fields:
                 reply = {f: reply.get(f, "") for f in reply_fields}
             turns += [{"role": "user", "content": user}, {"role": "assistant", "content": json.dumps(reply)}]
@@ -225,13 +222,10 @@ def monolithic_messages(question: str, cards: dict[str, ToolCard], observations:
 
     shown: list[dict[str, str]] = []
     for case in cases_for(cards) if demos else ():  # the Planner's worked examples, as this agent's transcript
-        for i, step in enumerate(case.steps, start=1):
-            if (i > 1) != bool(observations):  # same situation as the real turn (see _planner_demos)
-                continue
+        for i, step in case.steps_like(bool(observations)):
             done = [render_observation(j, case.plan(j, cards[s.tool].primary_arg), case.result(j))
                     for j, s in enumerate(case.steps[: i - 1], start=1)]
-            reply = {"sub_goal": step.sub_goal, "tool": step.tool, "tool_input": step.tool_input, "justification": step.justification}
-            shown += [{"role": "user", "content": user(case.question, done)}, {"role": "assistant", "content": json.dumps(reply)}]
+            shown += [{"role": "user", "content": user(case.question, done)}, {"role": "assistant", "content": json.dumps(step.reply())}]
     return [{"role": "system", "content": system}, *shown, {"role": "user", "content": user(question, observations)}]
 
 
