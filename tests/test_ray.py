@@ -96,6 +96,25 @@ def _wait(predicate, timeout_s: float = 60.0, every_s: float = 0.2):
     raise AssertionError(f"condition not met within {timeout_s}s")
 
 
+def _kill_for_good(handle) -> None:
+    """ray.kill only asks for the kill: a call sent right after it can still reach the live actor, so wait
+    until the actor answers no more (the system under test sees a dead actor, not a race)."""
+    import ray
+
+    ray.kill(handle, no_restart=True)
+
+    def gone() -> bool:
+        try:
+            ray.get(handle.__ray_ready__.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return True
+        except ray.exceptions.GetTimeoutError:
+            pass
+        return False
+
+    _wait(gone)
+
+
 def _until_ok(call, timeout_s: float = 60.0):
     """The first ok Result of repeated calls (the test waits for a restart; the system itself never retries)."""
     return _wait(lambda: (lambda r: r if r.status is ResultStatus.ok else None)(call()), timeout_s, 0.5)
@@ -183,7 +202,7 @@ def test_a_sandbox_actor_dead_for_good_is_replaced(cluster):
 
     s = _settings(cluster)
     pool = SandboxPool(s.ray, "auto")  # its own queue: slot 0 is taken first
-    ray.kill(pool.slots[0].handle, no_restart=True)
+    _kill_for_good(pool.slots[0].handle)
     out = pool.run_python("print(1)", SandboxLimits())
     assert out.status == "error" and out.mechanism == "ray" and "sandbox actor agentflow-sandbox-auto-0" in out.message
     assert pool.run_python("print(1)", SandboxLimits()).stdout == "1\n"  # slot 1
@@ -206,7 +225,7 @@ def test_the_search_actor_loads_once_and_a_dead_one_is_an_error_result(cluster, 
     assert execute(plan, s).status is ResultStatus.ok
     assert tool.index.info()["pid"] == info["pid"]  # the corpus was loaded once, by one actor
 
-    ray.kill(tool.index.handle, no_restart=True)
+    _kill_for_good(tool.index.handle)
     dead = execute(plan, s)
     assert dead.status is ResultStatus.error and "search actor" in dead.error
     back = _until_ok(lambda: execute(plan, s))  # replaced for later calls
