@@ -43,6 +43,10 @@ class ModelConfig(_Section):
     max_input_tokens: int = Field(default=1536, ge=16, description="Most prompt tokens per call; longer prompts are refused.")
     n_ctx: int = Field(default=2048, ge=256, description="embedded: context window.")
     n_threads: int | None = Field(default=None, description="embedded: CPU threads (default: half the cores, at most 8).")
+    prompt_cache_slots: int = Field(default=4, ge=1, le=16, description="embedded: llama.cpp contexts kept per loaded "
+                                    "model (about 50-100 MB each, weights shared); a call goes to the one holding the "
+                                    "longest prefix of its prompt, so each role's system prompt is read once. 1: one "
+                                    "context, every call re-reads the prefix the previous role's call evicted.")
     seed: int | None = Field(default=None)
     timeout_s: float = Field(default=120.0, gt=0, description="Longest one call may take.")
     max_transport_retries: int = Field(default=1, ge=0, le=5, description="openai: bounded, logged retries on 429/5xx.")

@@ -243,6 +243,51 @@ def test_embedded_prompt_too_long_generates_nothing(embedded):
     assert llama.n_tokens == before  # nothing was evaluated
 
 
+_ROLE_TEXT = " ".join(["Lake Orvanne is 212 metres deep; the Elmsby Society surveyed it in 1998."] * 12)
+
+
+def _role_msgs(role: str, question: str) -> list[dict[str, str]]:
+    return _msgs(f"Question: {question}", f"You are the {role}. {_ROLE_TEXT}")
+
+
+@needs_model
+def test_embedded_prompt_cache_keeps_each_roles_prefix_in_its_own_context(embedded):
+    """Alternating roles do not evict each other's prefix: each call goes to the context that read its prefix."""
+    from infra.models.embedded import SHARED_PREFIX_MIN
+
+    backend = build_backend(ModelConfig(max_tokens=6, temperature=0.0, prompt_cache_slots=3))
+    loaded = backend._loaded
+    for ctx in loaded.contexts:  # start from empty contexts (the module's other tests used the first one)
+        ctx.reset()
+    backend.complete(_role_msgs("planner", "How deep is Lake Orvanne?"))
+    planner_ctx = loaded.contexts[loaded.last_used.index(loaded.calls)]
+    backend.complete(_role_msgs("generator", "How deep is Lake Orvanne?"))
+    generator_ctx = loaded.contexts[loaded.last_used.index(loaded.calls)]
+    assert planner_ctx is not generator_ctx and len(loaded.contexts) >= 2
+    later, _ = backend.render_prompt(_role_msgs("planner", "Who surveyed Lake Orvanne?"))
+    with loaded.lock:
+        chosen = loaded.context_for(later, 3)
+    assert chosen is planner_ctx  # the planner's system prompt is still there, read once
+    shared = 0
+    while later[shared] == int(planner_ctx.input_ids[shared]):
+        shared += 1
+    assert shared >= SHARED_PREFIX_MIN and planner_ctx.n_tokens > shared
+
+
+@needs_model
+def test_embedded_prompt_cache_gives_the_replies_of_a_single_context(embedded):
+    """Greedy replies are the same whether the prefix was read now or reused from a cached context."""
+    calls = [("planner", "How deep is Lake Orvanne?"), ("verifier", "How deep is Lake Orvanne?"),
+             ("planner", "Who surveyed Lake Orvanne?"), ("verifier", "When was Lake Orvanne surveyed?")]
+
+    def replies(slots: int) -> list[str]:
+        backend = build_backend(ModelConfig(max_tokens=12, temperature=0.0, prompt_cache_slots=slots))
+        return [backend.complete(_role_msgs(role, q)).text for role, q in calls]
+
+    single = replies(1)
+    assert replies(3) == single and all(single)
+
+
 @needs_model
 def test_embedded_prompt_count_is_exact_chat_template(embedded):
     msgs = _msgs("How deep is Lake Orvanne?", SYSTEM)

@@ -14,8 +14,17 @@ How a call runs:
    returns what was generated so far with `finish_reason="deadline"`.
 
 Loaded models are cached per process keyed by (path, n_ctx, n_threads), so every role and every
-call in a process shares one `Llama`; each loaded model has its own lock because a `Llama`
+call in a process shares one loaded model; each loaded model has its own lock because a `Llama`
 object is not thread-safe (calls on one model are serialised, different models run in parallel).
+
+Prompt cache: on this CPU, reading the prompt costs far more than writing the reply (about 80 prompt
+tokens/s on one thread, so ~13 s for a 1,100-token Planner prompt, against ~1 s for its reply), and
+llama.cpp keeps the KV cache of the last prompt it read. With one context, the roles' calls alternate
+and each one evicts the other's prefix. So a loaded model holds up to `ModelConfig.prompt_cache_slots`
+contexts over the same (mmap-shared) weights, and each call goes to the context whose last prompt
+shares the longest prefix with its own: every role's system prompt and examples, and a question's
+growing context, are read once. The reply is what one context would give (same tokens, same seed),
+up to floating-point differences of evaluating a prompt in other batch splits.
 """
 
 from __future__ import annotations
@@ -104,10 +113,11 @@ def default_threads() -> int:
 
 
 GRAMMAR_CACHE = 64  # grammars kept per loaded model
+SHARED_PREFIX_MIN = 32  # tokens a context must share with a prompt to be reused rather than a fresh one opened
 
 @dataclass
 class LoadedModel:
-    llama: Any
+    llama: Any  # the first context: tokenizer, chat template, end-of-sequence id
     lock: threading.Lock
     path: Path
     n_ctx: int
@@ -117,6 +127,43 @@ class LoadedModel:
     eos_token_id: int
     grammars: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
+    contexts: list[Any] = field(default_factory=list)  # prompt-cache contexts; [0] is `llama`
+    last_used: list[int] = field(default_factory=list)  # per context, the call counter at its last use
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.contexts:
+            self.contexts, self.last_used = [self.llama], [0]
+
+    def context_for(self, tokens: list[int], slots: int) -> Any:
+        """The context to read `tokens` in (call under `lock`): the one whose evaluated tokens share the
+        longest prefix with them; when none shares SHARED_PREFIX_MIN tokens, an unused context, or a new one
+        while fewer than `slots` exist, else the least recently used one."""
+        shared = [_common_prefix(ctx, tokens) for ctx in self.contexts[:slots]]
+        best = max(range(len(shared)), key=shared.__getitem__)
+        if shared[best] < SHARED_PREFIX_MIN:
+            empty = [i for i, ctx in enumerate(self.contexts[:slots]) if ctx.n_tokens == 0]
+            if empty:
+                best = empty[0]
+            elif len(self.contexts) < slots:
+                self.contexts.append(_construct_llama(self.path, self.n_ctx, self.n_threads))
+                self.last_used.append(0)
+                best = len(self.contexts) - 1
+            else:
+                best = min(range(min(slots, len(self.contexts))), key=self.last_used.__getitem__)
+        self.calls += 1
+        self.last_used[best] = self.calls
+        return self.contexts[best]
+
+
+def _common_prefix(llama: Any, tokens: list[int]) -> int:
+    evaluated = llama.input_ids[: llama.n_tokens]
+    n = 0
+    for a, b in zip(evaluated, tokens):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 _MODELS: dict[tuple[str, int, int], LoadedModel] = {}
@@ -256,9 +303,10 @@ def unload_models() -> None:
     for loaded in models:
         with loaded.lock:
             loaded.closed = True
-            close = getattr(loaded.llama, "close", None)
-            if close is not None:
-                close()
+            for context in loaded.contexts:
+                close = getattr(context, "close", None)
+                if close is not None:
+                    close()
 
 
 atexit.register(unload_models)
@@ -347,7 +395,6 @@ class EmbeddedBackend:
         if self._loaded.closed:  # unload_models() ran: load again (cached for everyone)
             self._loaded = load_model(self.path, cfg.n_ctx, self.n_threads)
         loaded = self._loaded
-        llama = loaded.llama
 
         with loaded.lock:
             if loaded.closed:
@@ -359,6 +406,10 @@ class EmbeddedBackend:
                 raise PromptTooLong(n_prompt, cfg.max_input_tokens)
             if n_prompt >= loaded.n_ctx:
                 raise PromptTooLong(n_prompt, loaded.n_ctx - 1)
+            try:
+                llama = loaded.context_for(prompt_tokens, cfg.prompt_cache_slots)
+            except (ValueError, RuntimeError, OSError) as exc:
+                raise ModelError(f"could not open another context on {str(loaded.path)!r}: {exc}") from exc
             # Time spent waiting for the lock counts against the deadline.
             deadline = _Deadline(limit_at)
             if deadline(None, None):
