@@ -15,15 +15,28 @@ is met. Every training and evaluation directory stays under ``<out>``. Re-runnin
 resumes: training from its last checkpoint (every ``--checkpoint-every`` steps and after the last),
 each evaluation from its finished units.
 
+One seed takes about 1.5 h on 2 CPU cores, so the seeds may run apart (other sessions, other machines):
+``--only-seeds 1`` runs seed 1 alone. After every seed, ``<out>/records/seed<K>.json`` holds its compact
+record (configuration, commit, accuracy, training time, and each question's 0/1 outcome per system; the
+world is generated, so nothing in it comes from a dataset). The pooled figures use every record in
+``<out>/records`` and in ``--records DIR``; records of another configuration are refused, and the target
+counts as met only when all ``--seeds`` seeds are pooled.
+
     python -m flows.bench_train --out bench-train --seeds 3 --steps 20 --train-questions 40 --test-questions 30
+    python -m flows.bench_train --out bench-train --seeds 3 --only-seeds 2 --records bench/train-claim
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
+
+# What must be equal for seeds to be pooled: the measurement's own configuration, not how it was run.
+COMPARABLE = ("steps", "questions_per_step", "group_size", "train_questions", "test_questions", "max_steps", "overrides")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -39,7 +52,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-steps", type=int, default=3, help="budget.max_steps (Planner turns) for training and evaluation")
     p.add_argument("--checkpoint-every", type=int, default=5, help="an interrupted bench resumes from the last checkpoint")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for every run")
+    p.add_argument("--only-seeds", default=None, help="comma-separated training seeds to run now (default: 0..seeds-1)")
+    p.add_argument("--records", default=None, help="a directory of seed records from earlier runs, pooled with this one's")
     a = p.parse_args(argv)
+    run_seeds = _seed_list(a.only_seeds, a.seeds)
     from flows.cli import _prepare_env
 
     _prepare_env()  # the CLI's local, quiet, offline Prefect/Ray defaults, before they are imported
@@ -50,12 +66,12 @@ def main(argv: list[str] | None = None) -> dict:
     from flows.train import run_training
     from infra.models import clear_backend_cache
     from infra.models.hf_policy import forget_policies
-    from tasks.metrics import accuracy_stats, paired_difference
     from infra.ray_runtime import shutdown_ray
     from infra.settings import load_settings
     from infra.world import generate_world, write_world
 
     out = Path(a.out).resolve()
+    load_records(out / "records", Path(a.records) if a.records else None, vars(a))  # refuse a mismatch before hours of work
     out.mkdir(parents=True, exist_ok=True)
     train_dir, test_dir = out / "world-train", out / "world-test"
     write_world(generate_world(seed=0, n_questions=a.train_questions, split="train"), train_dir)
@@ -67,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {"config": vars(a), "seeds": {}, "judges": {
         "train": "verifier.mode=deterministic (checks only); reward = world scorer + safe-stop/tool-cost/malformed terms",
         "eval": "verifier.mode=hybrid with models.verifier = embedded SmolLM2 (LLM judge); score = world scorer"}}
-    for seed in range(a.seeds):
+    for seed in run_seeds:
         train_settings = load_settings(None, a.overrides, **common, **{
             "verifier.mode": "deterministic", "train.train_questions": str(train_dir),
             "train.val_questions": str(test_dir), "train.steps": a.steps, "train.seed": seed,
@@ -99,21 +115,11 @@ def main(argv: list[str] | None = None) -> dict:
             "rss_mb": max((r["rss_mb"] for r in summary.metrics), default=None),
             "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
         }
+        results = pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist()
+        write_record(out / "records", seed_record(seed, vars(a), report["seeds"][seed], results))
         (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
-    rows: dict[str, list[dict]] = {name: [] for name in SYSTEMS}  # every seed's rows, seed = training seed
-    for seed in range(a.seeds):
-        for r in pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist():
-            if r["system"] in rows:
-                rows[r["system"]].append({**r, "seed": seed})
-    report["accuracy"] = {name: accuracy_stats(r) for name, r in rows.items()}
-    report["mean_accuracy"] = {name: stats["mean"] for name, stats in report["accuracy"].items()}
-    report["paired"] = {f"{x} - {y}": paired_difference(rows[x], rows[y])
-                        for x, y in (("modular-trained", "modular-base"), ("modular-trained", "modular"),
-                                     ("modular-trained", "monolithic"), ("modular-base", "modular"))}
-    claim = report["paired"]["modular-trained - modular"]
-    report["target"] = {"wanted": "modular-trained >= modular + 0.10, 95% interval of the paired difference above 0",
-                        "met": bool(claim["mean_diff"] is not None and claim["mean_diff"] >= 0.10
-                                    and claim["ci95"] and claim["ci95"][0] > 0)}
+    records = load_records(out / "records", Path(a.records) if a.records else None, vars(a))
+    report.update(pool(records, a.seeds))
     (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
     print(json.dumps({"mean_accuracy": report["mean_accuracy"], "paired": report["paired"], "target": report["target"]},
                      indent=2))
@@ -121,6 +127,95 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 SYSTEMS = ["modular-trained", "modular-base", "modular", "monolithic"]
+
+
+def _seed_list(only: str | None, seeds: int) -> list[int]:
+    if only is None:
+        return list(range(seeds))
+    try:
+        chosen = sorted({int(x) for x in only.split(",") if x.strip()})
+    except ValueError:
+        raise SystemExit(f"--only-seeds takes comma-separated integers, got {only!r}") from None
+    if not chosen or any(not 0 <= k < seeds for k in chosen):
+        raise SystemExit(f"--only-seeds {only!r}: each seed must be in 0..{seeds - 1} (--seeds {seeds})")
+    return chosen
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def seed_record(seed: int, args: dict[str, Any], seed_report: dict[str, Any], results: list[dict]) -> dict[str, Any]:
+    """One training seed's compact, self-describing record: enough to pool it with seeds run elsewhere."""
+    return {
+        "seed": seed,
+        "commit": _commit(),
+        "config": {k: args[k] for k in COMPARABLE},
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **{k: seed_report[k] for k in ("accuracy", "train_s", "step_s", "mean_reward", "zero_signal_groups", "rss_mb")},
+        "outcomes": [{"system": r["system"], "question_id": str(r["question_id"]), "correct": bool(r["correct"])}
+                     for r in results if r["system"] in SYSTEMS],
+    }
+
+
+def write_record(directory: Path, record: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"seed{record['seed']}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_records(own: Path, extra: Path | None, args: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every seed record in `own` and `extra`; a record of another configuration, or a seed found twice with
+    different outcomes, is an error (pooling them would mix two measurements)."""
+    if extra is not None and not extra.is_dir():
+        raise SystemExit(f"--records {str(extra)!r} is not a directory of seed records")
+    wanted = {k: args[k] for k in COMPARABLE}
+    by_seed: dict[int, dict[str, Any]] = {}
+    for directory in [d for d in (own, extra) if d is not None and d.is_dir()]:
+        for path in sorted(directory.glob("seed*.json")):
+            try:
+                record = json.loads(path.read_text())
+                seed, config, outcomes = int(record["seed"]), record["config"], record["outcomes"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise SystemExit(f"{path}: not a seed record ({exc})") from None
+            if config != wanted:
+                diff = {k: (config.get(k), wanted[k]) for k in wanted if config.get(k) != wanted[k]}
+                raise SystemExit(f"{path}: recorded under another configuration (recorded, now): {diff}")
+            if seed in by_seed and by_seed[seed]["outcomes"] != outcomes:
+                raise SystemExit(f"{path}: seed {seed} is recorded twice with different outcomes")
+            by_seed.setdefault(seed, record)
+    return [by_seed[k] for k in sorted(by_seed)]
+
+
+def pool(records: list[dict[str, Any]], seeds_wanted: int) -> dict[str, Any]:
+    """Accuracy per system over the pooled seeds and the paired differences, with the issue's target."""
+    from tasks.metrics import accuracy_stats, paired_difference
+
+    rows: dict[str, list[dict]] = {name: [] for name in SYSTEMS}  # seed = training seed
+    for record in records:
+        for o in record["outcomes"]:
+            rows[o["system"]].append({**o, "seed": record["seed"]})
+    out: dict[str, Any] = {"pooled_seeds": [r["seed"] for r in records],
+                           "pooled_commits": sorted({str(r.get("commit")) for r in records})}
+    out["accuracy"] = {name: accuracy_stats(r) for name, r in rows.items()}
+    out["mean_accuracy"] = {name: stats["mean"] for name, stats in out["accuracy"].items()}
+    out["paired"] = {f"{x} - {y}": paired_difference(rows[x], rows[y])
+                     for x, y in (("modular-trained", "modular-base"), ("modular-trained", "modular"),
+                                  ("modular-trained", "monolithic"), ("modular-base", "modular"))}
+    claim = out["paired"]["modular-trained - modular"]
+    out["target"] = {"wanted": "modular-trained >= modular + 0.10, 95% interval of the paired difference above 0, "
+                               f"{seeds_wanted} seeds",
+                     "seeds_pooled": len(records),
+                     "met": bool(len(records) >= seeds_wanted and claim["mean_diff"] is not None
+                                 and claim["mean_diff"] >= 0.10 and claim["ci95"] and claim["ci95"][0] > 0)}
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

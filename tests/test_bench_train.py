@@ -1,0 +1,110 @@
+"""make bench-train's seed records: one seed can run in one place, be recorded, and be pooled with others."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flows import bench_train as bt
+
+
+def _args(**over):
+    args = {"seeds": 3, "steps": 20, "questions_per_step": 2, "group_size": 4, "train_questions": 40,
+            "test_questions": 30, "max_steps": 3, "overrides": [], "only_seeds": None, "records": None}
+    return args | over
+
+
+def _results(correct: dict[str, list[int]]) -> list[dict]:
+    return [{"system": system, "question_id": f"q{i}", "correct": bool(c), "seed": 0, "tokens_total": 5}
+            for system, values in correct.items() for i, c in enumerate(values)]
+
+
+def _seed_report():
+    return {"accuracy": {}, "train_s": 10.0, "step_s": [5.0, 5.0], "mean_reward": [0.1, 0.2],
+            "zero_signal_groups": [1, 0], "rss_mb": 900.0}
+
+
+def _record(seed: int, trained: list[int], modular: list[int], **over) -> dict:
+    results = _results({"modular-trained": trained, "modular-base": modular, "modular": modular,
+                        "monolithic": [0] * len(modular), "direct": [1] * len(modular)})
+    return bt.seed_record(seed, _args(**over), _seed_report(), results)
+
+
+def test_a_seed_record_keeps_only_the_compared_systems_and_the_comparable_configuration():
+    record = _record(0, [1, 0, 1], [0, 0, 1])
+    assert {o["system"] for o in record["outcomes"]} == set(bt.SYSTEMS)  # not "direct"
+    assert len(record["outcomes"]) == 4 * 3 and record["seed"] == 0
+    assert set(record["config"]) == set(bt.COMPARABLE) and "only_seeds" not in record["config"]
+    assert record["step_s"] == [5.0, 5.0] and record["zero_signal_groups"] == [1, 0]
+
+
+def test_records_written_apart_pool_into_one_measurement(tmp_path):
+    own, earlier = tmp_path / "out" / "records", tmp_path / "committed"
+    bt.write_record(earlier, _record(0, [1, 1, 1, 1], [0, 0, 0, 1]))
+    bt.write_record(earlier, _record(1, [1, 1, 1, 0], [0, 0, 0, 0]))
+    bt.write_record(own, _record(2, [1, 1, 0, 1], [0, 1, 0, 0]))
+    records = bt.load_records(own, earlier, _args())
+    assert [r["seed"] for r in records] == [0, 1, 2]
+    pooled = bt.pool(records, 3)
+    trained = pooled["accuracy"]["modular-trained"]
+    assert trained["per_seed"] == {"0": 1.0, "1": 0.75, "2": 0.75} and trained["n_seeds"] == 3
+    claim = pooled["paired"]["modular-trained - modular"]
+    # per question, mean over seeds: trained (1, 1, 2/3, 2/3), modular (0, 1/3, 0, 1/3)
+    assert claim["mean_diff"] == pytest.approx((1 + 2 / 3 + 2 / 3 + 1 / 3) / 4)
+    assert claim["a_better"] == 4 and pooled["target"]["seeds_pooled"] == 3 and pooled["target"]["met"]
+    assert pooled["pooled_seeds"] == [0, 1, 2]
+
+
+def test_the_target_is_not_met_until_every_seed_is_pooled(tmp_path):
+    bt.write_record(tmp_path, _record(0, [1, 1, 1, 1], [0, 0, 0, 0]))
+    pooled = bt.pool(bt.load_records(tmp_path, None, _args()), 3)
+    assert pooled["paired"]["modular-trained - modular"]["mean_diff"] == 1.0
+    assert pooled["target"]["seeds_pooled"] == 1 and not pooled["target"]["met"]
+
+
+def test_the_target_needs_the_interval_above_zero(tmp_path):
+    for seed in range(3):
+        bt.write_record(tmp_path, _record(seed, [1, 0, 0, 0], [0, 0, 0, 0]))
+    pooled = bt.pool(bt.load_records(tmp_path, None, _args()), 3)
+    claim = pooled["paired"]["modular-trained - modular"]
+    assert claim["mean_diff"] == 0.25 and claim["ci95"][0] == 0.0 and not pooled["target"]["met"]
+
+
+def test_records_of_another_configuration_are_refused(tmp_path):
+    bt.write_record(tmp_path, _record(0, [1], [0], steps=10))
+    with pytest.raises(SystemExit, match="another configuration.*steps"):
+        bt.load_records(tmp_path / "none", tmp_path, _args())
+
+
+def test_a_seed_recorded_twice_with_different_outcomes_is_refused(tmp_path):
+    bt.write_record(tmp_path / "a", _record(1, [1, 0], [0, 0]))
+    bt.write_record(tmp_path / "b", _record(1, [0, 0], [0, 0]))
+    with pytest.raises(SystemExit, match="seed 1 is recorded twice"):
+        bt.load_records(tmp_path / "a", tmp_path / "b", _args())
+    bt.write_record(tmp_path / "c", _record(1, [1, 0], [0, 0]))  # the same record copied: fine
+    assert len(bt.load_records(tmp_path / "a", tmp_path / "c", _args())) == 1
+
+
+def test_a_broken_record_is_named(tmp_path):
+    (tmp_path / "seed0.json").write_text(json.dumps({"seed": 0}))
+    with pytest.raises(SystemExit, match="seed0.json: not a seed record"):
+        bt.load_records(tmp_path, None, _args())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "3", "--only-seeds", "3"], "must be in 0..2"),
+    (["--seeds", "3", "--only-seeds", "one"], "comma-separated integers"),
+    (["--records", "/nonexistent/records"], "not a directory of seed records"),
+])
+def test_bad_arguments_stop_before_any_work(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        bt.main(["--out", str(tmp_path / "out"), *argv])
+    assert not (tmp_path / "out" / "world-train").exists()
+
+
+def test_a_mismatched_record_stops_the_run_before_training(tmp_path):
+    bt.write_record(tmp_path / "committed", _record(0, [1], [0], group_size=8))
+    with pytest.raises(SystemExit, match="group_size"):
+        bt.main(["--out", str(tmp_path / "out"), "--records", str(tmp_path / "committed")])
+    assert not (tmp_path / "out").exists()
