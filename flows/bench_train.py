@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
     from infra.world import generate_world, write_world
 
     out = Path(a.out).resolve()
-    load_records(out / "records", Path(a.records) if a.records else None, vars(a))  # refuse a mismatch before hours of work
+    earlier = Path(a.records) if a.records else None
+    load_records(out / "records", earlier, vars(a))  # refuse a mismatch before hours of work
     out.mkdir(parents=True, exist_ok=True)
     train_dir, test_dir = out / "world-train", out / "world-test"
     write_world(generate_world(seed=0, n_questions=a.train_questions, split="train"), train_dir)
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         results = pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist()
         write_record(out / "records", seed_record(seed, vars(a), report["seeds"][seed], results))
         (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
-    records = load_records(out / "records", Path(a.records) if a.records else None, vars(a))
+    records = load_records(out / "records", earlier, vars(a))  # again: now with this run's seeds
     report.update(pool(records, a.seeds))
     (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
     print(json.dumps({"mean_accuracy": report["mean_accuracy"], "paired": report["paired"], "target": report["target"]},

@@ -139,31 +139,25 @@ class LoadedModel:
         """The context to read `tokens` in (call under `lock`): the one whose evaluated tokens share the
         longest prefix with them; when none shares SHARED_PREFIX_MIN tokens, an unused context, or a new one
         while fewer than `slots` exist, else the least recently used one."""
-        shared = [_common_prefix(ctx, tokens) for ctx in self.contexts[:slots]]
-        best = max(range(len(shared)), key=shared.__getitem__)
+        from llama_cpp import Llama
+
+        usable = self.contexts[:slots]  # a config with fewer slots than another's uses only the first ones
+        shared = [Llama.longest_token_prefix(ctx.input_ids[: ctx.n_tokens], tokens) for ctx in usable]
+        best = max(range(len(usable)), key=shared.__getitem__)
         if shared[best] < SHARED_PREFIX_MIN:
-            empty = [i for i, ctx in enumerate(self.contexts[:slots]) if ctx.n_tokens == 0]
+            empty = [i for i, ctx in enumerate(usable) if ctx.n_tokens == 0]
             if empty:
                 best = empty[0]
-            elif len(self.contexts) < slots:
+            elif len(usable) < slots:
                 self.contexts.append(_construct_llama(self.path, self.n_ctx, self.n_threads))
                 self.last_used.append(0)
                 best = len(self.contexts) - 1
             else:
-                best = min(range(min(slots, len(self.contexts))), key=self.last_used.__getitem__)
+                best = min(range(len(usable)), key=self.last_used.__getitem__)
         self.calls += 1
         self.last_used[best] = self.calls
         return self.contexts[best]
 
-
-def _common_prefix(llama: Any, tokens: list[int]) -> int:
-    evaluated = llama.input_ids[: llama.n_tokens]
-    n = 0
-    for a, b in zip(evaluated, tokens):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 _MODELS: dict[tuple[str, int, int], LoadedModel] = {}
