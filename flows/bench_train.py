@@ -24,7 +24,8 @@ world is generated, so nothing in it comes from a dataset). The pooled figures u
 counts as met only when all ``--seeds`` seeds are pooled.
 
     python -m flows.bench_train --out bench-train --seeds 3 --steps 20 --train-questions 40 --test-questions 30
-    python -m flows.bench_train --out bench-train --seeds 3 --only-seeds 2 --records bench/train-claim
+    python -m flows.bench_train --out bench-train --seeds 3 --only-seeds 2 --workers 2 --eval-workers 2 \
+        --records bench/train-claim
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--train-questions", type=int, default=40)
     p.add_argument("--test-questions", type=int, default=30)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="rollout workers (Ray actors) during training")
+    p.add_argument("--eval-workers", type=int, default=1,
+                   help="processes sharing the evaluation's systems (2 on 2 cores: about half the evaluation time)")
     p.add_argument("--max-steps", type=int, default=3, help="budget.max_steps (Planner turns) for training and evaluation")
     p.add_argument("--checkpoint-every", type=int, default=5, help="an interrupted bench resumes from the last checkpoint")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for every run")
@@ -63,7 +66,6 @@ def main(argv: list[str] | None = None) -> dict:
 
     import pyarrow.parquet as pq
 
-    from flows.evaluate import evaluate
     from flows.train import run_training
     from infra.models import clear_backend_cache
     from infra.models.hf_policy import forget_policies
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> dict:
     from infra.settings import load_settings
     from infra.world import generate_world, write_world
 
+    if a.workers < 1 or a.eval_workers < 1:
+        raise SystemExit("--workers and --eval-workers must be at least 1")
     out = Path(a.out).resolve()
     earlier = Path(a.records) if a.records else None
     load_records(out / "records", earlier, vars(a))  # refuse a mismatch before hours of work
@@ -104,8 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
             "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "max_tokens": 64}})
         clear_backend_cache()
         forget_policies()  # with workers=0 the learner is registered as the adapter-less policy: not the base
-        ev = evaluate("world", str(eval_data), SYSTEMS, 1,
-                      str(out / f"eval-seed{seed}"), eval_settings, adapter=adapter, progress=False, prefect_tasks=False)
+        t0 = time.perf_counter()
+        ev = evaluate_split("world", str(eval_data), SYSTEMS, str(out / f"eval-seed{seed}"), eval_settings,
+                            adapter=adapter, workers=a.eval_workers)
+        eval_s = time.perf_counter() - t0
         summary_json = json.loads((out / f"eval-seed{seed}" / "summary.json").read_text())
         report["seeds"][seed] = {
             "accuracy": {name: m["accuracy"]["mean"] for name, m in summary_json["systems"].items()},
@@ -115,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
             "mean_reward": [round(r["mean_reward"], 3) for r in summary.metrics],
             "zero_signal_groups": [r["zero_signal_groups"] for r in summary.metrics],
             "rss_mb": max((r["rss_mb"] for r in summary.metrics), default=None),
+            "eval_wall_this_run_s": round(eval_s, 1), "eval_workers": a.eval_workers,
             "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
         }
         results = pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist()
@@ -129,6 +136,51 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 SYSTEMS = ["modular-trained", "modular-base", "modular", "monolithic"]
+
+
+def evaluate_split(benchmark: str, data: str, systems: list[str], out: str, settings: Any, *,
+                   adapter: str | None, workers: int) -> Any:
+    """Evaluate `systems` (one seed) in up to `workers` processes, each running a share of the systems into the
+    same result directory, then gather every unit into one summary. The evaluation loop is serial and the
+    embedded model uses one thread, so a second process uses the second core. Each unit is seeded and written
+    on its own, so the units are those of a serial run; a failed share is resumed by running the command again."""
+    import multiprocessing
+
+    from flows.evaluate import evaluate
+
+    shares = [systems[i::workers] for i in range(min(workers, len(systems)))]
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited Prefect, Ray or model state
+    others = [(spawn.Process(target=_evaluate_share, name=f"eval-share-{k}",
+                             args=(benchmark, data, share, out, settings, adapter, str(Path(out) / f".prefect-{k}"))),
+               share) for k, share in enumerate(shares[1:], 1)]
+    for proc, _ in others:
+        proc.start()
+    try:
+        if others:
+            evaluate(benchmark, data, shares[0], 1, out, settings, adapter=adapter, progress=False,
+                     prefect_tasks=False)
+    finally:
+        for proc, _ in others:
+            proc.join()
+    failed = [f"{','.join(share)} (exit {proc.exitcode})" for proc, share in others if proc.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"evaluation share {'; '.join(failed)} failed; its finished units are kept, "
+                           "run the same command again to resume")
+    return evaluate(benchmark, data, systems, 1, out, settings, adapter=adapter, progress=False, prefect_tasks=False)
+
+
+def _evaluate_share(benchmark: str, data: str, systems: list[str], out: str, settings: Any, adapter: str | None,
+                    prefect_home: str) -> None:
+    """A share of the evaluation in its own process, with its own Prefect home (one SQLite database each)."""
+    import os
+
+    os.environ["PREFECT_HOME"] = prefect_home
+    from flows.cli import _prepare_env
+
+    _prepare_env()
+    from flows.evaluate import evaluate
+
+    evaluate(benchmark, data, systems, 1, out, settings, adapter=adapter, progress=False, prefect_tasks=False)
 
 
 def _seed_list(only: str | None, seeds: int) -> list[int]:
@@ -159,6 +211,7 @@ def seed_record(seed: int, args: dict[str, Any], seed_report: dict[str, Any], re
         "config": {k: args[k] for k in COMPARABLE},
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **{k: seed_report[k] for k in ("accuracy", "train_s", "step_s", "mean_reward", "zero_signal_groups", "rss_mb")},
+        **{k: seed_report.get(k) for k in ("eval_wall_this_run_s", "eval_workers")},  # how it ran: not compared
         "outcomes": [{"system": r["system"], "question_id": str(r["question_id"]), "correct": bool(r["correct"])}
                      for r in results if r["system"] in SYSTEMS],
     }

@@ -108,3 +108,55 @@ def test_a_mismatched_record_stops_the_run_before_training(tmp_path):
     with pytest.raises(SystemExit, match="group_size"):
         bt.main(["--out", str(tmp_path / "out"), "--records", str(tmp_path / "committed")])
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- the evaluation in two processes
+
+
+def _gsm8k_raw(tmp_path):
+    d = tmp_path / "datasets" / "gsm8k"
+    d.mkdir(parents=True)
+    rows = [{"question": "What is 6 times 7?", "answer": "6*7=42\n#### 42"},
+            {"question": "What is 6 times 7, plus one?", "answer": "6*7+1=43\n#### 43"}]
+    (d / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path / "datasets"
+
+
+def _outcomes(directory):
+    import pyarrow.parquet as pq
+
+    keep = ("system", "seed", "question_id", "correct", "prediction", "status", "stop_reason", "tokens_total")
+    return sorted((tuple(r[k] for k in keep) for r in pq.read_table(directory / "results.parquet").to_pylist()))
+
+
+def test_an_evaluation_split_over_two_processes_equals_the_serial_one(prefect_harness, tmp_path):
+    from flows.evaluate import evaluate
+    from tests.scripted import answer, plan, scripted_settings
+
+    raw = _gsm8k_raw(tmp_path)
+    s = scripted_settings([plan("answer")], [answer("42", 1)])
+    systems = ["direct", "monolithic", "modular"]
+    serial = evaluate("gsm8k", str(raw), systems, 1, str(tmp_path / "serial"), s, progress=False, prefect_tasks=False)
+    split = bt.evaluate_split("gsm8k", str(raw), systems, str(tmp_path / "split"), s, adapter=None, workers=2)
+    assert split.done == 0 and split.skipped_existing == 6  # the last pass only gathers what the shares wrote
+    assert _outcomes(tmp_path / "split") == _outcomes(tmp_path / "serial") and len(_outcomes(tmp_path / "serial")) == 6
+    assert split.summary["run"]["systems"] == systems == serial.summary["run"]["systems"]
+    assert (tmp_path / "split" / "logs" / "monolithic.s0.jsonl").exists()  # the second process's share
+
+
+def test_a_failed_share_is_an_error_and_the_other_share_is_kept(prefect_harness, tmp_path):
+    from tests.scripted import answer, plan, scripted_settings
+
+    raw = _gsm8k_raw(tmp_path)
+    s = scripted_settings([plan("answer")], [answer("42", 1)])
+    # the second process's share, modular-trained without an adapter, is refused there
+    with pytest.raises(RuntimeError, match=r"share modular-trained \(exit 1\) failed.*run the same command again"):
+        bt.evaluate_split("gsm8k", str(raw), ["direct", "modular-trained"], str(tmp_path / "out"), s, adapter=None,
+                          workers=2)
+    assert len(list((tmp_path / "out" / "parts" / "results").rglob("*.parquet"))) == 2  # direct's units
+
+
+def test_eval_workers_must_be_positive(tmp_path):
+    with pytest.raises(SystemExit, match="at least 1"):
+        bt.main(["--out", str(tmp_path / "out"), "--eval-workers", "0"])
+    assert not (tmp_path / "out").exists()
