@@ -15,8 +15,8 @@ is met. Every training and evaluation directory stays under ``<out>``. Re-runnin
 resumes: training from its last checkpoint (every ``--checkpoint-every`` steps and after the last),
 each evaluation from its finished units.
 
-One seed takes about 1 h 40 min on 2 CPU cores with --workers 2 --eval-workers 2 (seed 0 measured: 4,305 s
-for 20 steps, 1,445 s for the evaluation), so the seeds may run apart (other sessions, other machines):
+One seed takes about 1 h 40 min on 2 CPU cores with --workers 2 --eval-workers 2 (measured figures in
+docs/training.md), so the seeds may run apart (other sessions, other machines):
 ``--only-seeds 1`` runs seed 1 alone. After every seed, ``<out>/records/seed<K>.json`` holds its compact
 record (configuration, commit, accuracy, training time, and each question's 0/1 outcome per system; the
 world is generated, so nothing in it comes from a dataset). The pooled figures use every record in
