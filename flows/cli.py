@@ -19,11 +19,13 @@ out = Console()
 err = Console(stderr=True)
 
 from flows.data_cli import data_app  # noqa: E402
+from flows.models_cli import models_app  # noqa: E402
 from flows.verifier_eval import verifier_eval_app  # noqa: E402
 from flows.world_cli import world_app  # noqa: E402
 
 app.add_typer(world_app, name="world")
 app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
 app.add_typer(verifier_eval_app, name="verifier-eval")
 
 from flows.evaluate import eval_command  # noqa: E402

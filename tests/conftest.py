@@ -21,6 +21,11 @@ os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
 
 DATASETS_ENV = "AGENTFLOW_DATASETS"
 
+# Real-model tests that check mechanics only (the loop runs, costs are counted, files are written) use the smallest
+# registered model; the default (qwen2.5-coder-0.5b) has its own end-to-end test (test_e2e_embedded.py).
+MECHANICS_MODEL = "smollm2-135m"
+MECHANICS_SETS = [f"models.{role}.model={MECHANICS_MODEL}" for role in ("planner", "generator", "generalist")]
+
 
 @pytest.fixture(scope="session")
 def prefect_harness():

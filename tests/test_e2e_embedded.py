@@ -1,4 +1,5 @@
-"""End to end with the REAL embedded model (SmolLM2-135M via llama.cpp), real Prefect, real sandbox."""
+"""End to end with the REAL embedded models via llama.cpp (the default Qwen2.5-Coder-0.5B; SmolLM2-135M where only
+mechanics are checked), real Prefect, real sandbox."""
 
 import json
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SMALL_CORPUS
+from tests.conftest import MECHANICS_SETS, SMALL_CORPUS
 
 pytestmark = pytest.mark.slow
 AGENTFLOW = [sys.executable, "-m", "flows.cli"]
@@ -41,7 +42,7 @@ def test_batch_with_the_real_model_writes_parquet_with_per_role_tokens(tmp_path)
         costs = json.loads(a["cost_by_role"])
         assert costs["planner"]["calls"] >= 1 and costs["planner"]["tokens_in"] > 0 and costs["planner"]["tokens_out"] > 0
     planner_steps = [s for s in steps if s["role"] == "planner"]
-    assert planner_steps and all(s["model"] == "SmolLM2-135M-Instruct" for s in planner_steps)
+    assert planner_steps and all(s["model"] == "qwen2.5-coder-0.5b" for s in planner_steps)
     assert all(s["tokens_in"] > 0 for s in planner_steps)
     assert (out / "e2e" / "config.yaml").is_file()
     events = (tmp_path / "logs" / "e2e.jsonl").read_text().splitlines()
@@ -50,8 +51,9 @@ def test_batch_with_the_real_model_writes_parquet_with_per_role_tokens(tmp_path)
 
 
 def test_run_json_returns_an_answer_record_with_costs(tmp_path):
+    sets = [a for s in MECHANICS_SETS for a in ("--set", s)]
     res = _cli(["run", "What is 17 * 23?", "--json", "--log-dir", str(tmp_path / "logs"),
-                "--set", "budget.max_steps=3"], tmp_path)
+                "--set", "budget.max_steps=3", *sets], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     answer = json.loads(res.stdout)
     assert answer["status"] in {"answered", "uncertain", "needs_review", "budget_exhausted"}

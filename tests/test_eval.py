@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.conftest import MECHANICS_MODEL, MECHANICS_SETS
 import typer
 from typer.testing import CliRunner
 
@@ -243,7 +245,7 @@ def test_evaluate_with_the_real_embedded_model(prefect_harness, tmp_path):
     from infra.settings import load_settings
 
     raw = _gsm8k_raw(tmp_path)
-    s = load_settings(None, ["budget.max_steps=3"])
+    s = load_settings(None, ["budget.max_steps=3", *MECHANICS_SETS])
     out = tmp_path / "eval"
     got = evaluate("gsm8k", str(raw), ["direct", "modular"], 1, str(out), s, limit=1, progress=False)
     assert got.done == 2
@@ -254,5 +256,5 @@ def test_evaluate_with_the_real_embedded_model(prefect_harness, tmp_path):
     for r in rows.values():
         assert r["correct"] or r["attribution_module"] in {"planner", "executor", "verifier", "generator", "budget", "system"}
     steps = pq.read_table(out / "steps.parquet").to_pylist()
-    assert {x["model"] for x in steps if x["role"] == "planner"} == {"SmolLM2-135M-Instruct"}
+    assert {x["model"] for x in steps if x["role"] == "planner"} == {MECHANICS_MODEL}
     assert (out / "report.html").is_file() and json.loads((out / "summary.json").read_text())["rows"] == 2

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from tests.conftest import MECHANICS_SETS
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 from typer.testing import CliRunner
 
@@ -253,11 +255,11 @@ def test_random_text_in_tool_results_never_changes_allow_list_or_budget(text, sy
 
 @pytest.mark.slow
 def test_real_embedded_model_both_systems_forced_exposure(world):
-    """Two injection questions through both systems with the real SmolLM2 planner (about a minute on 2 cores)."""
+    """Two injection questions through both systems with the real SmolLM2 planner (mechanics; about a minute on 2 cores)."""
     from flows.injection_eval import evaluate_injection
     from infra.settings import load_settings
 
-    s = load_settings(None, ["budget.max_steps=2", "models.planner.seed=0", "tools.allow=[search]"])
+    s = load_settings(None, ["budget.max_steps=2", "models.planner.seed=0", "tools.allow=[search]", *MECHANICS_SETS])
     report = evaluate_injection(world[0], s, limit=2, forced=True)
     for name in ("modular", "monolithic"):
         summary = report.systems[name]

