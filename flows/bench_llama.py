@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="A registered embedded model or a GGUF path (default: the registry's).")
     ap.add_argument("--threads", default="1,2", help="Comma-separated n_threads values.")
     ap.add_argument("--extra-bufts", default="on,off", help="Comma-separated: on, off.")
+    ap.add_argument("--wait-policy", default="", help="Comma-separated OMP_WAIT_POLICY values to compare (active, passive); "
+                    "empty: the environment's.")
+    ap.add_argument("--busy", type=int, default=0, help="Busy-loop processes running beside each measurement (contention).")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--gen-tokens", type=int, default=64)
@@ -101,16 +104,30 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not Path(where, "llama_cpp").is_dir():
             ap.error(f"--variant {spec!r}: want NAME=DIR where DIR/llama_cpp is an installed llama-cpp-python")
         variants[name] = str(Path(where).resolve())
-    configs = [(v, b, int(t)) for v in variants for b in args.extra_bufts.split(",") for t in args.threads.split(",")]
-    samples: dict[str, list[dict]] = {f"{v}/bufts-{b}/t{t}": [] for v, b, t in configs}
+    policies = [p for p in args.wait_policy.split(",") if p] or [""]
+    configs = [(v, b, int(t), w) for v in variants for b in args.extra_bufts.split(",") for t in args.threads.split(",")
+               for w in policies]
+
+    def name(v: str, b: str, t: int, w: str) -> str:
+        return f"{v}/bufts-{b}/t{t}" + (f"/omp-{w}" if w else "")
+
+    samples: dict[str, list[dict]] = {name(*c): [] for c in configs}
     repo = str(Path(__file__).resolve().parents[1])
     for _ in range(args.rounds):
-        for v, b, t in configs:
+        for v, b, t, w in configs:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([variants[v], repo])}
-            done = subprocess.run([sys.executable, "-m", "flows.bench_llama", "--variant", "x=.", "--out", "-",
-                                   "--_worker", model_path, b, str(t), str(args.prompts), str(args.gen_tokens)],
-                                  capture_output=True, text=True, env=env, cwd=repo)
-            key = f"{v}/bufts-{b}/t{t}"
+            if w:
+                env["OMP_WAIT_POLICY"] = w
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+            try:
+                done = subprocess.run([sys.executable, "-m", "flows.bench_llama", "--variant", "x=.", "--out", "-",
+                                       "--_worker", model_path, b, str(t), str(args.prompts), str(args.gen_tokens)],
+                                      capture_output=True, text=True, env=env, cwd=repo)
+            finally:
+                for proc in busy:
+                    proc.kill()
+                    proc.wait()
+            key = name(v, b, t, w)
             if done.returncode != 0:
                 samples[key].append({"error": f"exit {done.returncode}", "stderr_tail": done.stderr[-400:]})
             else:
@@ -132,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             row["gen_ratio_vs_" + base] = round(row["gen_tokens_per_s_median"] / summary[base]["gen_tokens_per_s_median"], 3)
     report = {"model": model, "model_path": model_path, "cpu": platform.processor() or platform.machine(),
               "cpu_flags": _cpu_flags(), "nproc": os.cpu_count(), "rounds": args.rounds, "prompts": args.prompts,
-              "gen_tokens": args.gen_tokens, "variants": variants, "results": summary,
+              "gen_tokens": args.gen_tokens, "busy_processes": args.busy, "variants": variants, "results": summary,
               "note": "medians over rounds; each configuration in its own process, configurations interleaved"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -38,7 +38,20 @@ from pathlib import Path
 from typing import Any
 
 # What must be equal for seeds to be pooled: the measurement's own configuration, not how it was run.
-COMPARABLE = ("steps", "questions_per_step", "group_size", "train_questions", "test_questions", "max_steps", "overrides")
+COMPARABLE = ("steps", "questions_per_step", "group_size", "train_questions", "test_questions", "max_steps", "overrides",
+              "models")
+
+
+def resolved_models(overrides: list[str]) -> dict[str, str]:
+    """The models a seed is measured with (the Planner's base, the Generator, the evaluation's judge), after the
+    overrides: a record is comparable only with records of the same models, whatever the defaults were then."""
+    from infra.models import registry
+    from infra.settings import load_settings
+
+    s = load_settings(None, overrides)
+    base = s.train.base_model or registry.DEFAULT_EMBEDDED
+    return {"planner_base": base, "generator": s.models.generator.model_path or s.models.generator.model,
+            "judge": s.models.generator.model}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,7 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("--workers and --eval-workers must be at least 1")
     out = Path(a.out).resolve()
     earlier = Path(a.records) if a.records else None
-    load_records(out / "records", earlier, vars(a))  # refuse a mismatch before hours of work
+    args = vars(a) | {"models": resolved_models(a.overrides)}
+    load_records(out / "records", earlier, args)  # refuse a mismatch before hours of work
     out.mkdir(parents=True, exist_ok=True)
     train_dir, test_dir = out / "world-train", out / "world-test"
     write_world(generate_world(seed=0, n_questions=a.train_questions, split="train"), train_dir)
@@ -86,9 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     eval_data = prepare("world", test_dir, out / "world-test-prepared")  # what `agentflow eval` reads
     common = {"budget.max_steps": a.max_steps, "models.planner.max_tokens": 64, "models.generator.max_tokens": 96}
-    report: dict = {"config": vars(a), "seeds": {}, "judges": {
+    report: dict = {"config": args, "seeds": {}, "judges": {
         "train": "verifier.mode=deterministic (checks only); reward = world scorer + safe-stop/tool-cost/malformed terms",
-        "eval": "verifier.mode=hybrid with models.verifier = embedded SmolLM2 (LLM judge); score = world scorer"}}
+        "eval": f"verifier.mode=hybrid with models.verifier = embedded {args['models']['judge']} (LLM judge); "
+                "score = world scorer"}}
     for seed in run_seeds:
         train_settings = load_settings(None, a.overrides, **common, **{
             "verifier.mode": "deterministic", "train.train_questions": str(train_dir),
@@ -105,7 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_s = time.perf_counter() - t0
         adapter = str(out / f"train-seed{seed}" / "checkpoints" / f"step-{a.steps:06d}" / "adapter")
         eval_settings = load_settings(None, a.overrides, **common, **{
-            "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "max_tokens": 64}})
+            "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "model": args["models"]["judge"],
+                                                           "max_tokens": 64}})
         clear_backend_cache()
         forget_policies()  # with workers=0 the learner is registered as the adapter-less policy: not the base
         t0 = time.perf_counter()
@@ -125,9 +141,9 @@ def main(argv: list[str] | None = None) -> dict:
             "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
         }
         results = pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist()
-        write_record(out / "records", seed_record(seed, vars(a), report["seeds"][seed], results))
+        write_record(out / "records", seed_record(seed, args, report["seeds"][seed], results))
         (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
-    records = load_records(out / "records", earlier, vars(a))  # again: now with this run's seeds
+    records = load_records(out / "records", earlier, args)  # again: now with this run's seeds
     report.update(pool(records, a.seeds))
     (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
     print(json.dumps({"mean_accuracy": report["mean_accuracy"], "paired": report["paired"], "target": report["target"]},

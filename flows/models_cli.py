@@ -48,5 +48,33 @@ def fetch_cmd(
         _out.print(f"{entry.key}: {'already cached' if cached else 'fetched and verified'} at {path}")
 
 
+@models_app.command("check")
+def check_cmd(
+    name: str = typer.Argument("smollm2-135m", help="A registered model (in the cache) or a GGUF path."),
+    tokens: int = typer.Option(8, min=1, help="Tokens to decode."),
+) -> None:
+    """Load a model with this llama.cpp build and decode a few tokens: the install's smoke test (a build that crashes
+    on this CPU exits with its signal here, not in a run)."""
+    import time
+
+    from infra.models.embedded import _construct_llama, default_threads
+
+    try:
+        path = registry.locate(name) if registry.is_registered(name) else __import__("pathlib").Path(name)
+        import llama_cpp
+
+        started = time.perf_counter()
+        llama = _construct_llama(path, 512, default_threads())
+        out = llama.create_completion("The capital of France is", max_tokens=tokens, temperature=0.0)
+    except (ModelError, ImportError, ValueError, OSError) as exc:
+        _err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(1)
+    info = llama_cpp.llama_print_system_info()
+    info = info.decode() if isinstance(info, bytes) else str(info)
+    _out.print(f"ok: {out['usage']['completion_tokens']} tokens in {time.perf_counter() - started:.2f} s "
+               f"(load included); llama.cpp {llama_cpp.__version__}: {info.strip()}", highlight=False)
+    llama.close()
+
+
 if __name__ == "__main__":  # `python -m flows.models_cli fetch`: without the whole CLI's imports (make, bootstrap)
     models_app(prog_name="agentflow models")

@@ -11,7 +11,8 @@ from flows import bench_train as bt
 
 def _args(**over):
     args = {"seeds": 3, "steps": 20, "questions_per_step": 2, "group_size": 4, "train_questions": 40,
-            "test_questions": 30, "max_steps": 3, "overrides": [], "only_seeds": None, "records": None}
+            "test_questions": 30, "max_steps": 3, "overrides": [], "only_seeds": None, "records": None,
+            "models": {"planner_base": "qwen2.5-coder-0.5b", "generator": "qwen2.5-coder-0.5b", "judge": "qwen2.5-coder-0.5b"}}
     return args | over
 
 
@@ -160,3 +161,14 @@ def test_eval_workers_must_be_positive(tmp_path):
     with pytest.raises(SystemExit, match="at least 1"):
         bt.main(["--out", str(tmp_path / "out"), "--eval-workers", "0"])
     assert not (tmp_path / "out").exists()
+
+
+def test_records_of_other_models_do_not_pool(tmp_path):
+    """The claim recorded with SmolLM2-135M (bench/train-claim) is not pooled with seeds of the new default base."""
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "bench" / "train-claim"
+    assert bt.resolved_models([])["planner_base"] == "qwen2.5-coder-0.5b"
+    assert bt.resolved_models(["train.base_model=smollm2-135m"])["planner_base"] == "smollm2-135m"
+    with pytest.raises(SystemExit, match="another configuration.*models"):
+        bt.load_records(tmp_path, committed, _args())

@@ -137,3 +137,34 @@ def test_planner_examples_follow_the_backends_reply_template():
     outcome = Planner(backend, settings.models.planner, tool_cards(settings), 2400).plan("Q?", [], None, 1)
     assert outcome.plan is not None and outcome.plan.tool == "python"
     assert list(json.loads(backend.seen[0][2]["content"])) == fields
+
+
+def _chatml(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+
+
+def _fixed_prefix(a: list[dict[str, str]], b: list[dict[str, str]]) -> int:
+    x, y = _chatml(a), _chatml(b)
+    n = 0
+    while n < min(len(x), len(y)) and x[n] == y[n]:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_every_roles_prompt_puts_its_fixed_part_first(started):
+    """The prompt cache reuses the longest shared prefix: the role's instructions and worked examples come before
+    anything that differs between questions, so two questions share all of the prompt but the last message."""
+    cards = _cards("search", "python")
+    view = [demos.LOOKUP.view(2)[0]] if started else []
+    builders = {
+        "planner": lambda q: planner_messages(q, cards, view, None, 2400, demos=True),
+        "generator": lambda q: generator_messages(q, view, 2400, demos=True),
+        "monolithic": lambda q: monolithic_messages(q, cards, ["obs"] if started else [], 2400, demos=True),
+        "direct": lambda q: direct_messages(q, demos=True),
+    }
+    for role, build in builders.items():
+        a, b = build("How deep is Lake Orvanne?"), build("Who founded Velt Corporation?")
+        fixed = len(_chatml(a[:-1]))
+        assert _fixed_prefix(a, b) >= fixed, role  # everything before the last message is shared
+        assert fixed > 0.5 * len(_chatml(a)), role  # and it is most of the prompt
