@@ -2,6 +2,7 @@
 # llama-cpp-python builds, one per CPU kind, each kept as a wheel outside the repo and reused by fresh clones.
 #   scripts/llama_build.sh choose            -> the variant for this CPU (AGENTFLOW_LLAMA_BUILD overrides)
 #   scripts/llama_build.sh wheel VARIANT     -> path of VARIANT's wheel, built first when missing (about 4-7 min)
+#   scripts/llama_build.sh args VARIANT      -> the CMAKE_ARGS of VARIANT
 # Variants (none of them uses AMX: its extra buffer type crashes on the first decode, ENVIRONMENT.md):
 #   native    the default: -march=native with AMX compiled out (-mno-amx-*), so AVX-512/VNNI/BF16 where the CPU has
 #             them and AVX2 elsewhere; keyed by this CPU's model and flags. bootstrap.sh smoke-tests it and falls back
@@ -56,5 +57,6 @@ wheel() {
 case "${1:-}" in
   choose) choose ;;
   wheel) wheel "${2:?variant}" ;;
-  *) echo "usage: $0 choose | wheel VARIANT" >&2; exit 2 ;;
+  args) cmake_args "${2:?variant}" ;;
+  *) echo "usage: $0 choose | wheel VARIANT | args VARIANT" >&2; exit 2 ;;
 esac
