@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import MECHANICS_MODEL
+from tests.conftest import MECHANICS_MODEL, MECHANICS_SETS
 from typer.testing import CliRunner
 
 from flows.verifier_eval import (
@@ -142,7 +142,7 @@ def test_the_embedded_model_as_judge_on_a_few_cases(built):
     """LLM-only with the real embedded model: it runs, counts one model call per case and is marked not independent."""
     subset = [c for c in built if c["category"] in ("correct", "prompt_injection")][:1] + \
              [c for c in built if c["category"] == "prompt_injection"][:1]
-    settings = load_settings(None, None, **{"models.verifier": {"backend": "embedded", "model": MECHANICS_MODEL}})
+    settings = load_settings(None, MECHANICS_SETS, **{"models.verifier": {"backend": "embedded", "model": MECHANICS_MODEL}})
     outs = run_cases(subset, settings, "llm")
     assert all(o.model_calls == 1 for o in outs) and all(o.failure_type != "error" for o in outs), outs
     assert all(o.confidence <= settings.verifier.judge_confidence_cap for o in outs)
