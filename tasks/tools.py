@@ -132,12 +132,37 @@ def search_index(settings: Settings):
 
 
 def echo_expression(code: str) -> str:
-    """A program that is a single expression prints its value, as in a REPL ('17 * 23' -> 391)."""
+    """A program's result is printed as in a notebook cell: a single expression prints its value ('17 * 23' -> 391);
+    a program that prints nothing prints its last expression, or the name its last statement assigns
+    ('rolls = 3 * 24\nsold = rolls * 2 / 3' -> 48.0). A program that prints anything is run as written.
+
+    Why: small models write correct step-by-step programs and forget the print; without this the step returns no
+    evidence and is rejected for it.
+    """
     try:
         ast.parse(code.strip(), mode="eval")
+        return f"_value = ({code.strip()})\nif _value is not None:\n    print(_value)\n"
+    except SyntaxError:
+        pass
+    try:
+        tree = ast.parse(code)
     except SyntaxError:
         return code
-    return f"_value = ({code.strip()})\nif _value is not None:\n    print(_value)\n"
+    if not tree.body or any(isinstance(n, ast.Name) and n.id == "print" for n in ast.walk(tree)):
+        return code
+    last = tree.body[-1]
+    if isinstance(last, ast.Expr):
+        shown = last.value
+        tree.body[-1] = ast.Assign(targets=[ast.Name("_value", ast.Store())], value=shown)
+    elif isinstance(last, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        target = last.targets[-1] if isinstance(last, ast.Assign) else last.target
+        if not isinstance(target, ast.Name):
+            return code
+        tree.body.append(ast.Assign(targets=[ast.Name("_value", ast.Store())], value=ast.Name(target.id, ast.Load())))
+    else:
+        return code
+    tree.body.append(ast.parse("if _value is not None:\n    print(_value)").body[0])
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 class SearchTool:

@@ -85,7 +85,7 @@ def test_monolithic_examples_are_transcripts():
 
 def test_direct_example_and_its_use():
     msgs = direct_messages("Q?", demos=True)
-    assert msgs[2]["content"].endswith("Answer: 336") and msgs[-1]["content"] == "Question: Q?"
+    assert msgs[2]["content"].endswith("Answer: 96") and msgs[-1]["content"] == "Question: Q?"
 
 
 @pytest.mark.parametrize("on", [True, False])

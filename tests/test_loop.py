@@ -161,6 +161,19 @@ def test_a_bare_expression_prints_its_value_and_newlines_in_code_are_data():
     assert len(ran) == 2  # the reply with a raw newline inside a string was parsed, not rejected
 
 
+def test_a_program_that_prints_nothing_prints_its_last_value_as_a_notebook_cell():
+    from tasks.tools import echo_expression
+
+    run = {}
+    for code, shown in [("rolls = 3 * 24\nsold = rolls * 2 / 3", "48.0"), ("a = 4\na * 5", "20"),
+                        ("total = 3\ntotal += 4", "7"), ("x = 2\nprint(x + 1)", "3"), ("import math", "")]:
+        exec(compile(echo_expression(code), "<program>", "exec"), {"print": lambda v: run.__setitem__(code, str(v))})
+        assert run.get(code, "") == shown, code
+    assert echo_expression("x = 2\nprint(x)") == "x = 2\nprint(x)"  # a program that prints runs as written
+    assert echo_expression("a, b = 1, 2") == "a, b = 1, 2"  # no single name to show
+    assert echo_expression("def (:") == "def (:"  # a syntax error is the sandbox's to report
+
+
 def test_memory_off_ablation_shows_the_planner_only_the_last_step(corpus_file):
     import infra.models as models
 
