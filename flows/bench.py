@@ -332,7 +332,7 @@ def _embed_messages(question: str) -> list[dict[str, str]]:
 
 
 def _prompt_messages(i: int) -> list[dict[str, str]]:
-    """A distinct ~300-token prompt: its first words differ, so no context holds a usable prefix of it."""
+    """A distinct ~140-token prompt: its first words differ, so no context holds a usable prefix of it."""
     return [{"role": "system", "content": f"Report {i}. " + REPORT_FILLER * 8},
             {"role": "user", "content": f"Summarise report {i} in one word."}]
 
@@ -341,7 +341,7 @@ def bench_embedded(max_tokens: int, rounds: int, model: str | None = None) -> di
     """Prompt and generation tokens/s on the same prompts (greedy, same threads): raw llama.cpp vs the system's two
     embedded paths, for the default embedded model.
 
-    - prompt: distinct ~300-token prompts with max_tokens=1, tokens/s = prompt tokens / wall;
+    - prompt: distinct ~140-token prompts with max_tokens=1, tokens/s = prompt tokens / wall;
     - generation: short prompts and `max_tokens` greedy tokens, tokens/s = generated tokens / wall.
     The three paths are interleaved prompt by prompt (raw, the embedded backend in a Prefect task, the llama.cpp
     server in a Ray actor through the openai backend), so a change in the machine's load hits all three alike.
