@@ -29,6 +29,8 @@ from typing import Any
 
 import typer
 
+from flows.bench_llama import FILLER
+
 bench_app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 SCRIPTED_LATENCY_MS = 50.0
@@ -322,8 +324,6 @@ def bench_throughput(sys_: _System, n_questions: int, wait_s: float) -> dict:
 
 EMBED_PROMPTS = ["How deep is Lake Orvanne?", "What is 17 * 23?", "Who founded Velt Corporation?",
                  "What is the capital of France?", "How tall is Mount Kelbra?", "When did the Velt merger close?"]
-REPORT_FILLER = ("The committee reviewed the quarterly figures for the northern district, noting that shipments rose "
-                 "while returns fell, and asked the analysts to explain each change in plain words. ")
 
 
 def _embed_messages(question: str) -> list[dict[str, str]]:
@@ -333,7 +333,7 @@ def _embed_messages(question: str) -> list[dict[str, str]]:
 
 def _prompt_messages(i: int) -> list[dict[str, str]]:
     """A distinct ~140-token prompt: its first words differ, so no context holds a usable prefix of it."""
-    return [{"role": "system", "content": f"Report {i}. " + REPORT_FILLER * 8},
+    return [{"role": "system", "content": f"Report {i}. " + FILLER * 8},
             {"role": "user", "content": f"Summarise report {i} in one word."}]
 
 
@@ -352,7 +352,7 @@ def bench_embedded(max_tokens: int, rounds: int, model: str | None = None) -> di
 
     from infra.model_server import start_model_servers
     from infra.models import build_backend, registry
-    from infra.models.embedded import _construct_llama, default_threads, locate_embedded_model
+    from infra.models.embedded import _construct_llama, default_threads, llama_system_info, locate_embedded_model
     from infra.settings import ModelConfig, RayConfig
 
     model = model or registry.DEFAULT_EMBEDDED
@@ -421,11 +421,8 @@ def bench_embedded(max_tokens: int, rounds: int, model: str | None = None) -> di
     def ratio(a: dict, b: dict) -> float:
         return round(a["tokens_per_s"] / b["tokens_per_s"], 3)
 
-    import llama_cpp
-
-    info = llama_cpp.llama_print_system_info()
     out = {"model": model, "file": path.name, "n_threads": threads, "max_tokens": max_tokens, "prompts": len(prompts),
-           "llama_cpp_system_info": (info.decode() if isinstance(info, bytes) else str(info)).strip(),
+           "llama_cpp_system_info": llama_system_info(),
            "prompt": {"raw_llama_cpp": rate(runs["raw_prompt"]), "embedded_backend_in_prefect_tasks": rate(runs["prefect_prompt"]),
                       "llama_server_in_ray_actor": rate(runs["server_prompt"])},
            "raw_llama_cpp": rate(runs["raw"]), "embedded_backend_in_prefect_tasks": rate(runs["prefect"]),

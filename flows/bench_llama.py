@@ -31,12 +31,9 @@ FILLER = ("The committee reviewed the quarterly figures for the northern distric
 def _worker(model: str, extra_bufts: bool, threads: int, prompts: int, gen_tokens: int) -> dict:
     """Runs in the child: one configuration's measurements (stdout: one JSON line)."""
     os.environ["AGENTFLOW_LLAMA_EXTRA_BUFTS"] = "1" if extra_bufts else "0"
-    import llama_cpp
+    from infra.models.embedded import _construct_llama, llama_system_info
 
-    from infra.models.embedded import _construct_llama
-
-    info = llama_cpp.llama_print_system_info()
-    info = info.decode() if isinstance(info, bytes) else str(info)
+    info = llama_system_info()
     t0 = time.perf_counter()
     llama = _construct_llama(Path(model), 2048, threads)
     load_s = time.perf_counter() - t0
@@ -59,7 +56,7 @@ def _worker(model: str, extra_bufts: bool, threads: int, prompts: int, gen_token
         gen_wall += time.perf_counter() - t0
         gen_out += out["usage"]["completion_tokens"]
     llama.close()
-    return {"system_info": info.strip(), "load_s": round(load_s, 3),
+    return {"system_info": info, "load_s": round(load_s, 3),
             "prompt_tokens_per_s": round(prompt_tokens / prompt_wall, 2), "prompt_tokens": prompt_tokens,
             "gen_tokens_per_s": round(gen_out / gen_wall, 2), "gen_tokens": gen_out}
 

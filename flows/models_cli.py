@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -57,10 +58,10 @@ def check_cmd(
     on this CPU exits with its signal here, not in a run)."""
     import time
 
-    from infra.models.embedded import _construct_llama, default_threads
+    from infra.models.embedded import _construct_llama, default_threads, llama_system_info
 
     try:
-        path = registry.locate(name) if registry.is_registered(name) else __import__("pathlib").Path(name)
+        path = registry.locate(name) if registry.is_registered(name) else Path(name)
         import llama_cpp
 
         started = time.perf_counter()
@@ -69,10 +70,8 @@ def check_cmd(
     except (ModelError, ImportError, ValueError, OSError) as exc:
         _err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
         raise typer.Exit(1)
-    info = llama_cpp.llama_print_system_info()
-    info = info.decode() if isinstance(info, bytes) else str(info)
     _out.print(f"ok: {out['usage']['completion_tokens']} tokens in {time.perf_counter() - started:.2f} s "
-               f"(load included); llama.cpp {llama_cpp.__version__}: {info.strip()}", highlight=False)
+               f"(load included); llama.cpp {llama_cpp.__version__}: {llama_system_info()}", highlight=False)
     llama.close()
 
 

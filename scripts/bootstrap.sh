@@ -13,7 +13,7 @@ PIP="$VENV/bin/python -m pip"
 # pip 23's resolver backtracks for minutes over boto3/botocore; a current pip is much faster.
 $PIP install -q --upgrade "pip>=25"
 
-# llama.cpp: the build for this CPU (scripts/llama_build.sh: AVX-512 where the CPU has it, else portable; AMX never),
+# llama.cpp: the build for this CPU (scripts/llama_build.sh: native with AMX compiled out, portable as the fallback),
 # built once per machine into ~/.cache/agentflow/llama-wheels and reused by fresh clones (CI).
 LLAMA_BUILD=$(VENV="$VENV" bash scripts/llama_build.sh choose)
 install_llama() {  # $1: variant; reinstalls only when another variant is installed

@@ -147,6 +147,14 @@ _MODELS_LOCK = threading.Lock()
 LOAD_COUNT = 0  # how many times a model was actually loaded in this process (tests check the cache)
 
 
+def llama_system_info() -> str:
+    """The loaded llama.cpp library's build flags ("CPU : AVX2 = 1 | ... | REPACK = 1 |")."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info()
+    return (info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)).strip()
+
+
 def _disable_extra_bufts() -> bool:
     """Whether to load without extra buffer types (weight repacking / AMX).
 
@@ -158,10 +166,7 @@ def _disable_extra_bufts() -> bool:
     if forced is not None:
         return forced.strip().lower() in {"0", "false", "no", "off"}
     try:
-        import llama_cpp
-
-        info = llama_cpp.llama_print_system_info()
-        info = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+        info = llama_system_info()
     except Exception:  # pragma: no cover - very old bindings
         return True
     return "AMX" in info.upper()
