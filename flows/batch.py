@@ -4,7 +4,7 @@ Questions run `batch.concurrency` at a time (threads of the flow run, each quest
 `answer_question` task). Each finished question is written at once (steps, then answers: part files
 keyed by question id, written atomically), so an interrupted batch keeps what it finished and a
 re-run with the same run id (`--resume RUN_ID`) skips it: every question ends up exactly once.
-With settings.ray.enabled the tools and model servers run as Ray actors (infra.ray_runtime).
+With settings.ray.enabled the tools and model servers run as Ray actors (infra.runtime.services).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from infra.events import RunLog
-from infra.settings import ConfigError, Settings, dump_settings, load_settings
-from infra.storage import ResultStore
-from flows.research import DIRECT_STEPS, PREFECT_STEPS, ModuleSteps, ResearchOutcome, research
+from flows.research import DIRECT_STEPS, PREFECT_STEPS, ModuleSteps, research
 from flows.review import needs_human, review_outcome
+from infra.runtime.events import RunLog
+from infra.runtime.settings import ConfigError, Settings, dump_settings, load_settings
+from infra.runtime.storage import ResultStore
 from tasks.contracts import Plan, Question
-from tasks.tables import ANSWERS_SCHEMA, STEPS_SCHEMA, answer_row, step_rows
+from tasks.eval.tables import ANSWERS_SCHEMA, STEPS_SCHEMA, answer_row, step_rows
+from tasks.outcome import ResearchOutcome
 
 
 class InputError(ValueError):
@@ -222,7 +223,7 @@ def run_batch(report: InputReport, settings: Settings, run_id: str, *, log_dir: 
     answer = answer_question if in_flow else answer_question.fn
     runtime = None
     if settings.ray.enabled:
-        from infra.ray_runtime import RayRuntime
+        from infra.runtime.services import RayRuntime
 
         runtime = RayRuntime.start(settings)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 def _local_prefect_defaults() -> None:
     """Prefect reads its settings when first imported, and the CLI imports this module to register
-    `agentflow eval`: keep the CLI's local, quiet, offline defaults (flows/cli.py) ahead of that."""
+    `agentflow eval`: keep the CLI's local, quiet, offline defaults (flows/cli/startup.py) ahead of that."""
     home = Path(os.environ.get("AGENTFLOW_HOME", ".")).resolve()
     os.environ.setdefault("PREFECT_HOME", str(home / ".prefect"))
     os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -46,25 +46,29 @@ from typing import Any, Optional  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-import typer  # noqa: E402
 from prefect import flow, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from infra.benchmarks import Benchmark, DatasetError, ensure_backends, load_prepared, prepare  # noqa: E402
-from infra.events import RunLog  # noqa: E402
-from infra.settings import Settings, dump_settings  # noqa: E402
-from infra.storage import ResultStore, safe_key  # noqa: E402
-from tasks.attribution import Attribution, Evidence, attribute, evidence_from_memory  # noqa: E402
-from tasks.contamination import (MEMORY_MODES, answer_value, attempts_table, contamination_fields, plant_for,  # noqa: E402
-                                 wrong_citations)
+from flows.systems import SYSTEMS, SystemOptions, SystemUnavailable, parse_systems, system_settings  # noqa: E402
+from infra.data.benchmarks import Benchmark, ensure_backends, load_prepared, prepare  # noqa: E402
+from infra.runtime.events import RunLog  # noqa: E402
+from infra.runtime.settings import Settings, dump_settings  # noqa: E402
+from infra.runtime.storage import ResultStore, safe_key  # noqa: E402
 from tasks.contracts import Answer, AnswerStatus, PriorRecord, Question, Role, StopReason  # noqa: E402
-from tasks.metrics import ROLES, outcome_counts, summarize  # noqa: E402
-from tasks.scorers import score_question  # noqa: E402
-from tasks.systems import SYSTEMS, SystemOptions, SystemUnavailable, parse_systems, system_settings  # noqa: E402
-from tasks.tables import STEPS_SCHEMA, step_rows  # noqa: E402
+from tasks.eval.attribution import Attribution, Evidence, attribute, evidence_from_memory  # noqa: E402
+from tasks.eval.contamination import (  # noqa: E402
+    MEMORY_MODES,
+    answer_value,
+    attempts_table,
+    contamination_fields,
+    plant_for,
+    wrong_citations,
+)
+from tasks.eval.metrics import ROLES, outcome_counts, summarize  # noqa: E402
+from tasks.eval.scorers import score_question  # noqa: E402
+from tasks.eval.tables import STEPS_SCHEMA, step_rows  # noqa: E402
 
 RESULT_VERSION = 2
 """Version of the results/steps/evidence layouts below; bump when a column changes meaning.
@@ -425,7 +429,7 @@ def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str
             per_run[(label, s)] = cfg
             store.write_text(f"settings/{label}.seed{s}.yaml", dump_settings(cfg))
             if plants and m == "persistent" and a == 1:  # the past false accepts, before the first attempt
-                from infra.memory_store import MemoryStore
+                from infra.runtime.memory_store import MemoryStore
 
                 MemoryStore(cfg.memory.store, s3_endpoint_url=cfg.storage.s3_endpoint_url).write(
                     "planted", [r.model_dump(mode="json") for r in plants.values()])
@@ -571,108 +575,3 @@ def publish_artifact(benchmark: str, summary: dict[str, Any], report: str) -> No
     if summary.get("attempts"):
         create_table_artifact(summary["attempts"], key=f"{key}-attempts",
                               description=f"Per attempt and memory mode, with contamination recovery; report: {report}")
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def eval_command(
-    benchmark: str = typer.Option(..., "--benchmark", help="Benchmark name (see `agentflow data list`)."),
-    data: Path = typer.Option(..., "--data", help="A prepared benchmark directory (`agentflow data prepare`), or the "
-                                                  "raw datasets directory, prepared on the fly into OUT/data."),
-    systems: str = typer.Option("direct,monolithic,modular", "--systems",
-                                help=f"Comma-separated systems: {', '.join(SYSTEMS)}."),
-    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per system (each model config's sampling seed)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
-    out: str = typer.Option(..., "--out", help="Result directory (or s3://bucket/prefix); re-running resumes."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Run configuration (YAML/JSON)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
-    adapter: Optional[str] = typer.Option(None, "--adapter", help="modular-trained: the trained Planner adapter."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar."),
-    attempts: int = typer.Option(1, "--attempts", min=1, help="Run the same questions K times in sequence."),
-    memory: str = typer.Option("run", "--memory", help="Memory modes to compare, comma-separated: persistent (kept "
-                               "across attempts, re-verified before use), run (one run), off (none)."),
-    plant: int = typer.Option(0, "--plant", min=0, help="Plant a false accepted fact in persistent memory for the "
-                              "first N questions that can carry one (contamination recovery)."),
-) -> None:
-    """Evaluate systems on a benchmark under one budget and tool set; write results.parquet, summary.json, report.html."""
-    from flows.cli import _prepare_env, _preflight
-
-    _prepare_env()
-    err = Console(stderr=True)
-
-    def fail(message: str, code: int = 2) -> None:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-        raise typer.Exit(code)
-
-    from rich.markup import escape
-
-    from infra.benchmarks import BackendRequiredError
-    from infra.settings import ConfigError, load_settings
-
-    try:
-        settings = load_settings(config, set_)
-    except ConfigError as exc:
-        fail(escape(str(exc)))
-    try:
-        names = parse_systems(systems, SystemOptions(adapter=adapter))
-        modes = parse_memory(memory)
-        data_dir = resolve_data(benchmark, data, out)
-        bench = load_questions(data_dir, limit)
-        ensure_backends(bench, available=[])
-    except (SystemUnavailable, EvalError, DatasetError, BackendRequiredError, KeyError) as exc:
-        fail(escape(str(exc).strip("'\"")))
-    settings = with_data(settings, data_dir)
-    try:
-        claim_output(ResultStore(out, s3_endpoint_url=settings.storage.s3_endpoint_url), bench, settings)
-    except EvalError as exc:
-        fail(escape(str(exc)))
-    if seeds > 1 and settings.models.planner.temperature == 0:
-        err.print("note: the planner's temperature is 0, so seeds change nothing for greedy decoding", highlight=False)
-    _preflight(settings)
-    t0 = time.perf_counter()
-    wide = Console(width=None if Console().is_terminal else 120)  # logs and CI get the whole table
-    result = evaluate(benchmark, str(data_dir), names, seeds, out, settings, limit=limit, adapter=adapter,
-                      progress=progress, attempts=attempts, memory=modes, plant=plant)
-    wide.print(summary_table(result))
-    if result.summary.get("attempts"):
-        wide.print(attempts_rich_table(result.summary["attempts"]))
-    wide.print(stop_lines(result), highlight=False)
-    wide.print(f"{result.done} run now, {result.skipped_existing} done earlier; wall time {time.perf_counter() - t0:.1f} s\n"
-                    f"results: {result.path('results.parquet')}\nsummary: {result.path('summary.json')}\n"
-                    f"report:  {result.path('report.html')}", highlight=False)
-
-
-def summary_table(result: EvalSummary) -> Table:
-    """Per-system results as a rich table (the figures of summary.json; the report has them all)."""
-    s = result.summary
-    table = Table(title=f"{result.benchmark}: {result.questions} questions x {len(result.seeds)} seeds")
-    for col in ("system", "accuracy", "95% CI", "tokens/q", "p50/p95 s", "iters", "wrong tools", "no evid.", "rej."):
-        table.add_column(col, justify="left" if col == "system" else "right")
-    for name, m in s["systems"].items():
-        a, lat, rej = m["accuracy"], m["latency_s"], m["verifier_rejection_rate"]
-        ci = a["ci95"]
-        table.add_row(name, f"{a['mean']:.2f}±{a['std']:.2f}", f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-",
-                      f"{m['tokens']['per_question']:.0f}", f"{lat['p50']:.1f}/{lat['p95']:.1f}",
-                      f"{m['mean_iterations']:.1f}", str(m["wrong_tool_calls"]), str(m["missing_evidence"]),
-                      f"{rej:.2f}" if rej is not None else "-")
-    return table
-
-
-def attempts_rich_table(rows: list[dict]) -> Table:
-    table = Table(title="Per attempt and memory mode")
-    for _, title in ATTEMPT_COLUMNS:
-        table.add_column(title, justify="left" if title in ("system", "memory") else "right")
-    for r in rows:
-        table.add_row(*(_cell(r[k]) for k, _ in ATTEMPT_COLUMNS))
-    return table
-
-
-def stop_lines(result: EvalSummary) -> str:
-    """Stop reasons and failure attribution per system, one line each."""
-    lines = []
-    for name, m in result.summary["systems"].items():
-        stops = ", ".join(f"{k} {v}" for k, v in m["stop_reasons"].items())
-        failed = ", ".join(f"{k} {v}" for k, v in m["failure_attribution"].items() if v) or "none"
-        lines.append(f"{name}: stops {stops}; failed in {failed}")
-    return "\n".join(lines)

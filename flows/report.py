@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tasks.metrics import MODULES, ROLES, pareto_front
+from tasks.eval.metrics import MODULES, ROLES, pareto_front
 
 COLORS = {"planner": "#4c72b0", "executor": "#dd8452", "verifier": "#55a868", "generator": "#c44e52",
           "budget": "#8172b3", "system": "#937860"}
@@ -295,7 +295,7 @@ def render_trace(row: Mapping, steps: Sequence[Mapping], evidence: Sequence[Mapp
 def write_report(store: Any, rows: Sequence[Mapping], steps: Sequence[Mapping], evidence: Sequence[Mapping],
                  summary: Mapping) -> str:
     """Write report.html and traces/<unit>.html into the result store; returns the report's location."""
-    from infra.storage import safe_key
+    from infra.runtime.storage import safe_key
 
     by_unit_steps: dict[tuple, list] = defaultdict(list)
     for s in steps:

@@ -13,8 +13,8 @@ from typing import Callable
 from prefect import flow
 
 from flows.review import review_outcome
-from infra.events import RunLog
-from infra.settings import Settings
+from infra.runtime.events import RunLog
+from infra.runtime.settings import Settings
 from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
 from tasks.contracts import (
     ANSWER_TOOL,
@@ -24,18 +24,18 @@ from tasks.contracts import (
     NextAction,
     Question,
     Role,
-    StepRecord,
     StopReason,
     Verdict,
 )
-from tasks.executor import execute_step
-from tasks.generator import generate_answer
 from tasks.ledger import RunLedger
 from tasks.memory import EvolvingMemory
-from tasks.planner import plan_step
+from tasks.modules.executor import execute_step
+from tasks.modules.generator import generate_answer
+from tasks.modules.planner import plan_step
+from tasks.modules.tools import tool_cards
+from tasks.modules.verifier import verify_step
+from tasks.outcome import ResearchOutcome
 from tasks.prior import PriorMemory
-from tasks.tools import tool_cards
-from tasks.verifier import verify_step
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,6 @@ class ModuleSteps:
 
 PREFECT_STEPS = ModuleSteps(plan_step, execute_step, verify_step, generate_answer)
 DIRECT_STEPS = ModuleSteps(plan_step.fn, execute_step.fn, verify_step.fn, generate_answer.fn)
-
-
-@dataclass
-class ResearchOutcome:
-    answer: Answer
-    records: list[StepRecord]
-    memory: EvolvingMemory
-    prior: dict | None = None  # what memory across runs did (memory.mode=persistent): rechecks, expired, lessons
 
 
 class CallCosts:

@@ -19,8 +19,8 @@ from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from pydantic import Field
 
-from infra.settings import Settings
-from infra.storage import safe_key
+from infra.runtime.settings import Settings
+from infra.runtime.storage import safe_key
 from tasks.contracts import (
     Answer,
     AnswerStatus,

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from infra.models import build_backend
-from infra.settings import Settings
+from infra.runtime.settings import Settings
 from tasks.contracts import FailureType, Question, Role
-from tasks.reward import TrajectoryFacts, compute_reward, evidence_missing, gold_doc_ids
-from tasks.scorers import score_question
-from tasks.tools import tool_cards
+from tasks.eval.scorers import score_question
+from tasks.learn.reward import TrajectoryFacts, compute_reward, evidence_missing, gold_doc_ids
+from tasks.modules.tools import tool_cards
 
 INVALID_TOOL = "invalid"
 """The tool name counted for a Planner turn whose output was not a valid plan."""

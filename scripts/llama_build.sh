@@ -10,7 +10,7 @@
 #   portable  GGML_NATIVE=OFF: AVX2/FMA/F16C, runs on any x86-64 of the last decade.
 #   avx512    portable + AVX-512 F/BW/VL/VNNI (+BF16, VBMI when the CPU has them), AMX off: a wheel for a fleet of
 #             AVX-512 machines (AGENTFLOW_LLAMA_BUILD=avx512).
-# Why the choice: docs/inference.md (side by side on this machine's CPU, flows/bench_llama.py).
+# Why the choice: docs/inference.md (side by side on this machine's CPU, flows/bench/llama.py).
 set -euo pipefail
 PY=${PYTHON_FOR_BUILD:-${VENV:-.venv}/bin/python}
 LLAMA_VERSION=${LLAMA_VERSION:-0.3.36}

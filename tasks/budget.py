@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from infra.settings import BudgetConfig
+from infra.runtime.settings import BudgetConfig
 from tasks.contracts import (
     AnswerStatus,
     BudgetLimit,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from infra.events import RunLog
+from infra.runtime.events import RunLog
 from tasks.budget import Budget
 from tasks.contracts import (
     FailureType,

@@ -8,7 +8,7 @@ What an earlier run learnt reaches a new run in two ways, and neither makes it e
   the current as-of date, plus one check that the source still says what the record says. Only then
   is it accepted evidence of this run (provenance origin=prior, with the record's id). A candidate
   that fails is answered with a correction record that supersedes it (with a link both ways).
-Expired records are ignored and reported. Records live in infra/memory_store.py (one part per run
+Expired records are ignored and reported. Records live in infra/runtime/memory_store.py (one part per run
 and task, content-hash ids: idempotent, safe for concurrent runs of a batch).
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from infra.memory_store import MemoryStore
-from infra.settings import Settings
+from infra.runtime.memory_store import MemoryStore
+from infra.runtime.settings import Settings
 from tasks.contracts import (
     Answer,
     Check,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from infra.settings import ModelConfig, load_settings
+from infra.runtime.settings import ModelConfig, load_settings
 
 
 def plan(tool: str, tool_input: str = "", sub_goal: str = "find it") -> str:

@@ -2,7 +2,6 @@
 
 import pytest
 
-from tasks.attribution import Evidence, attribute, contains_gold, evidence_from_memory, evidence_text
 from tasks.contracts import (
     Answer,
     AnswerStatus,
@@ -18,6 +17,7 @@ from tasks.contracts import (
     StopReason,
     Verdict,
 )
+from tasks.eval.attribution import Evidence, attribute, contains_gold, evidence_from_memory, evidence_text
 from tasks.memory import EvolvingMemory
 
 NUM_Q = {"id": "gsm8k-1", "question": "How many?", "answer": "18", "answer_type": "number", "benchmark": "gsm8k"}

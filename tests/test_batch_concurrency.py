@@ -19,11 +19,11 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.batch import batch_research
-from flows.bench import scripted_reply
-from flows.cli import app
-from infra.model_server import ScriptedModelServer
+from flows.bench.suite import scripted_reply
+from flows.cli.app import app
 from infra.models import clear_backend_cache
-from infra.storage import ResultStore
+from infra.runtime.model_server import ScriptedModelServer
+from infra.runtime.storage import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def _config(model: ScriptedModelServer, corpus: Path, **extra) -> dict:
 
 
 def _settings(model, corpus, **extra):
-    from infra.settings import Settings
+    from infra.runtime.settings import Settings
 
     return Settings.model_validate(_config(model, corpus, **extra))
 
@@ -70,7 +70,6 @@ def _questions(path: Path, n: int) -> list[str]:
 
 def _read(client_call):
     import anyio
-
     from prefect.client.orchestration import get_client
 
     async def go():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flows import bench_train as bt
+from flows.bench import train as bt
 
 
 def _args(**over):

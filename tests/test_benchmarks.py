@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.data_cli import data_app
-from infra.benchmarks import (
+from flows.cli.data import data_app
+from infra.data.benchmarks import (
     BENCHMARKS,
     BackendRequiredError,
     DatasetError,
@@ -19,9 +19,9 @@ from infra.benchmarks import (
     prepare,
     solve_game24,
 )
-from infra.search import load_corpus
+from infra.tools.search import load_corpus
 from tasks.contracts import Question
-from tasks.scorers import check_game24, score_question
+from tasks.eval.scorers import check_game24, score_question
 
 # the record counts of shared/datasets/MANIFEST.md; corpus sizes as pooled (unique title+text) or as shipped
 EXPECTED = {
@@ -206,7 +206,7 @@ def test_cli_prepare(datasets_dir, tmp_path):
 
 
 def test_world_adapter(tmp_path):
-    from infra.world import generate_world, write_world
+    from infra.data.world import generate_world, write_world
 
     write_world(generate_world(seed=5, n_questions=30, split="test"), tmp_path / "w")
     b = load_benchmark("world", tmp_path / "w")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import typer
 
-from flows.cli import _preflight
-from infra.settings import load_settings
+from flows.cli.startup import preflight
+from infra.runtime.settings import load_settings
 
 
 def _settings(tmp_path, **values):
@@ -17,7 +17,7 @@ def _settings(tmp_path, **values):
 
 def test_a_missing_model_file_fails_preflight(tmp_path, capsys):
     with pytest.raises(typer.Exit) as exc:
-        _preflight(_settings(tmp_path))
+        preflight(_settings(tmp_path))
     assert exc.value.exit_code != 0
     assert "planner model" in capsys.readouterr().err
 
@@ -25,4 +25,4 @@ def test_a_missing_model_file_fails_preflight(tmp_path, capsys):
 def test_roles_served_by_ray_model_servers_are_not_loaded_in_preflight(tmp_path):
     settings = _settings(tmp_path, **{"ray.enabled": True, "ray.model_servers": {"smol": {"roles": ["planner", "generator"]}}})
     assert settings.ray.model_servers["smol"].roles == ["planner", "generator"]
-    _preflight(settings)  # the servers load their own model when they start; nothing is loaded here
+    preflight(settings)  # the servers load their own model when they start; nothing is loaded here

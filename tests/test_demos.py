@@ -7,12 +7,12 @@ import json
 import jsonschema
 import pytest
 
-from infra.settings import Settings
-from tasks import demos
+from infra.runtime.settings import Settings
+from tasks.baselines.direct import run_direct
 from tasks.contracts import ANSWER_TOOL, AnswerDraft, PlanDraft, answer_draft_schema, plan_draft_schema
-from tasks.direct import run_direct
-from tasks.prompts import direct_messages, generator_messages, monolithic_messages, planner_messages
-from tasks.tools import tool_cards
+from tasks.modules import demos
+from tasks.modules.prompts import direct_messages, generator_messages, monolithic_messages, planner_messages
+from tasks.modules.tools import tool_cards
 from tests.scripted import scripted_settings
 
 
@@ -91,11 +91,11 @@ def test_direct_example_and_its_use():
 @pytest.mark.parametrize("on", [True, False])
 def test_each_system_sends_the_examples_by_configuration(on, monkeypatch):
     """models.<role>.demos reaches the Planner, the Generator and the direct baseline."""
-    import tasks.direct as direct
+    import tasks.baselines.direct as direct
     from infra.models.scripted import ScriptedBackend
     from tasks.contracts import Question
-    from tasks.generator import Generator
-    from tasks.planner import Planner
+    from tasks.modules.generator import Generator
+    from tasks.modules.planner import Planner
 
     settings = scripted_settings(planner=["{}"])
     for role in ("planner", "generator"):
@@ -130,7 +130,7 @@ def test_planner_examples_follow_the_backends_reply_template():
             return Completion(text='{"tool": "python", "tool_input": "print(1)", "sub_goal": "s"}', tokens_in=1,
                               tokens_out=1, latency_ms=1.0, model="t")
 
-    from tasks.planner import Planner
+    from tasks.modules.planner import Planner
 
     settings = scripted_settings(planner=["{}"])
     backend = TemplateBackend()

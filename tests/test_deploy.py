@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from flows.bench import scripted_reply
-from infra.model_server import ScriptedModelServer
+from flows.bench.suite import scripted_reply
+from infra.runtime.model_server import ScriptedModelServer
 from tests.conftest import SMALL_CORPUS
 
 pytestmark = pytest.mark.slow

@@ -5,16 +5,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from tests.conftest import MECHANICS_MODEL, MECHANICS_SETS
 import typer
 from typer.testing import CliRunner
 
-from flows.evaluate import EvalError, eval_command, evaluate, run_unit, seeded
+from flows.cli.eval import eval_command
+from flows.evaluate import EvalError, evaluate, run_unit, seeded
+from flows.systems import SYSTEMS, SystemOptions, SystemUnavailable, check_system, parse_systems, system_settings
 from infra.models import build_backend, clear_backend_cache
+from tasks.baselines.direct import run_direct
 from tasks.contracts import AnswerStatus, BudgetLimit, Question, Role, StopReason
-from tasks.direct import run_direct
-from tasks.systems import SYSTEMS, SystemOptions, SystemUnavailable, check_system, parse_systems, system_settings
+from tests.conftest import MECHANICS_MODEL, MECHANICS_SETS
 from tests.scripted import answer, plan, scripted_settings
 
 Q = Question(id="q1", question="What is 6 times 7?", answer="42")
@@ -205,7 +205,7 @@ def test_evaluate_refuses_before_running_anything(prefect_harness, tmp_path):
 
 def _app():
     app = typer.Typer()
-    app.command("eval")(eval_command)  # how flows/cli.py registers it
+    app.command("eval")(eval_command)  # how flows/cli/app.py registers it
     app.command("noop")(lambda: None)
     return app
 
@@ -225,7 +225,7 @@ def test_cli_refuses_untrained_modular_and_bamboogle(tmp_path):
 
 
 def test_cli_runs_an_evaluation_and_prints_the_table(prefect_harness, tmp_path):
-    from infra.settings import dump_settings
+    from infra.runtime.settings import dump_settings
 
     raw = _gsm8k_raw(tmp_path)
     config = tmp_path / "scripted.yaml"
@@ -242,7 +242,7 @@ def test_cli_runs_an_evaluation_and_prints_the_table(prefect_harness, tmp_path):
 @pytest.mark.slow
 def test_evaluate_with_the_real_embedded_model(prefect_harness, tmp_path):
     """Small on purpose: one question, direct and modular, one seed, three planner turns at most."""
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
 
     raw = _gsm8k_raw(tmp_path)
     s = load_settings(None, ["budget.max_steps=3", *MECHANICS_SETS])

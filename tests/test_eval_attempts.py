@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from flows.evaluate import evaluate, parse_memory, EvalError
-from infra.benchmarks import prepare
+from flows.evaluate import EvalError, evaluate, parse_memory
+from infra.data.benchmarks import prepare
+from infra.data.world import generate_world, write_world
 from infra.models import clear_backend_cache
-from infra.world import generate_world, write_world
-from tasks.contamination import carries, plant_for, planted_value
+from tasks.eval.contamination import carries, plant_for, planted_value
 from tests.scripted import answer, plan, scripted_settings
 
 
@@ -86,7 +86,7 @@ def test_memory_modes_are_checked():
 
 
 def test_cli_accepts_attempts_memory_and_plant(world_data, tmp_path):
-    from flows.cli import app
+    from flows.cli.app import app
 
     res = CliRunner().invoke(app, ["eval", "--benchmark", "world", "--data", str(world_data), "--out", str(tmp_path / "o"),
                                    "--memory", "sometimes", "--attempts", "2"])
@@ -94,8 +94,8 @@ def test_cli_accepts_attempts_memory_and_plant(world_data, tmp_path):
 
 
 def test_wrong_citations_count_unaccepted_steps_and_evidence_that_does_not_state_the_value():
-    from tasks.contamination import wrong_citations
     from tasks.contracts import Answer, AnswerStatus, Citation, StopReason
+    from tasks.eval.contamination import wrong_citations
 
     a = Answer(text="It is 212 metres.", status=AnswerStatus.answered, stop_reason=StopReason.answered,
                citations=[Citation(claim="x", step_id=1), Citation(claim="y", step_id=2), Citation(claim="z", step_id=9)])
@@ -103,7 +103,7 @@ def test_wrong_citations_count_unaccepted_steps_and_evidence_that_does_not_state
     assert wrong_citations(a, accepted, "212") == 2  # step 2 does not state 212; step 9 is not accepted evidence
     assert wrong_citations(a, accepted, None) == 1  # nothing to check but where it points
 
-    from tasks.contamination import answer_value
+    from tasks.eval.contamination import answer_value
 
     q = {"question": "What is the depth of Lake Orvanne, 2 miles north?", "answer_type": "number"}
     assert answer_value(q, "It is 2 times 212 metres.", "It is 2 times 212 metres.") == "212"  # world: whole text

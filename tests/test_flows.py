@@ -7,11 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from flows.batch import batch_research, read_questions, InputError
-from flows.cli import app
+from flows.batch import InputError, batch_research, read_questions
+from flows.cli.app import app
 from flows.research import research_flow
 from infra.models import clear_backend_cache
-from infra.storage import ResultStore
+from infra.runtime.storage import ResultStore
 from tasks.contracts import AnswerStatus, Question, Role
 from tests.scripted import answer, plan, scripted_settings
 

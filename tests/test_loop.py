@@ -1,7 +1,9 @@
 """The research loop with scripted models: stops, budgets, memory hygiene (no Prefect needed)."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from flows.research import DIRECT_STEPS, research
 from infra.models import clear_backend_cache
@@ -162,7 +164,7 @@ def test_a_bare_expression_prints_its_value_and_newlines_in_code_are_data():
 
 
 def test_a_program_that_prints_nothing_prints_its_last_value_as_a_notebook_cell():
-    from tasks.tools import echo_expression
+    from tasks.modules.tools import echo_expression
 
     run = {}
     for code, shown in [("rolls = 3 * 24\nsold = rolls * 2 / 3", "48.0"), ("a = 4\na * 5", "20"),

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tasks.metrics import (
+from tasks.eval.metrics import (
     NON_ANSWER_PREFIXES,
     accuracy_stats,
     bootstrap_ci,
@@ -90,7 +90,7 @@ def test_outcome_counts_from_step_records():
 
 
 def test_non_answer_prefixes_match_the_systems_wording():
-    from tasks.generator import NO_EVIDENCE
+    from tasks.modules.generator import NO_EVIDENCE
 
     assert is_non_answer(NO_EVIDENCE) and is_non_answer("") and is_non_answer("  ")
     assert is_non_answer("Stopped before answering (error): boom")

@@ -5,8 +5,8 @@ llama.cpp server in the slow test). Nothing here contacts any address but 127.0.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,8 +17,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 import pytest
-
-from tests.conftest import MECHANICS_MODEL
 import structlog
 
 from infra.models import (
@@ -32,7 +30,8 @@ from infra.models import (
 )
 from infra.models.embedded import default_threads
 from infra.models.scripted import ScriptedBackend
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
+from tests.conftest import MECHANICS_MODEL
 
 os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
 

@@ -3,8 +3,8 @@
 import pytest
 
 from infra.models import clear_backend_cache
+from tasks.baselines.monolithic import run_monolithic
 from tasks.contracts import AnswerStatus, BudgetLimit, Question, Role, StopReason
-from tasks.monolithic import run_monolithic
 from tests.scripted import plan, scripted_settings
 
 Q = Question(id="q1", question="How deep is Lake Orvanne?")

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from flows.research import DIRECT_STEPS, ModuleSteps, research
-from infra.memory_store import MemoryStore
 from infra.models import clear_backend_cache
+from infra.runtime.memory_store import MemoryStore
 from tasks.contracts import (
     AnswerStatus,
     Citation,
@@ -23,9 +23,9 @@ from tasks.contracts import (
     Question,
     utcnow,
 )
-from tasks.generator import NO_EVIDENCE
+from tasks.modules.generator import NO_EVIDENCE
+from tasks.modules.prompts import planner_messages
 from tasks.prior import PriorMemory, load_context, open_store, planted_record, resolve, task_key
-from tasks.prompts import planner_messages
 from tests.scripted import answer, plan, scripted_settings
 from tests.test_storage import s3_endpoint  # noqa: F401  (the moto S3 endpoint fixture)
 
@@ -276,7 +276,7 @@ def test_memory_mode_run_neither_reads_nor_writes_the_store(tmp_path, corpus_fil
 def test_the_prior_memory_report_is_logged(tmp_path, corpus_file):
     import json as _json
 
-    from infra.events import RunLog
+    from infra.runtime.events import RunLog
 
     s = persistent(tmp_path, [plan("search", "Lake Orvanne depth"), plan("answer")], [answer("212 metres", 1)],
                    corpus=corpus_file)

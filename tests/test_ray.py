@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from flows.bench import scripted_server_config
-from infra.actors import RemoteSearchIndex, SandboxPool
-from infra.model_server import ModelServerError, _healthy, forget_model_servers, start_model_servers
+from flows.bench.suite import scripted_server_config
 from infra.models import clear_backend_cache
-from infra.ray_runtime import LOOPBACK_ENV, _dead_proxy, _with_loopback, ensure_ray, shutdown_ray
-from infra.sandbox import SandboxLimits
-from infra.settings import RayConfig, Settings
-from infra.storage import ResultStore
+from infra.runtime.actors import RemoteSearchIndex, SandboxPool
+from infra.runtime.cluster import LOOPBACK_ENV, _dead_proxy, _with_loopback, ensure_ray
+from infra.runtime.model_server import ModelServerError, _healthy, forget_model_servers, start_model_servers
+from infra.runtime.services import shutdown_ray
+from infra.runtime.settings import RayConfig, Settings
+from infra.runtime.storage import ResultStore
+from infra.tools.sandbox import SandboxLimits
 from tasks.contracts import Plan, Question, ResultStatus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,9 +136,9 @@ def _node_ids(cluster) -> set[str]:
 
 
 def test_actors_spread_over_both_nodes_and_a_batch_completes(cluster, prefect_harness, corpus_file, tmp_path):
-    from flows.batch import batch_research
-
     import ray
+
+    from flows.batch import batch_research
 
     server = scripted_server_config(20, replicas=2, resources={"model_slot": 1})
     s = _settings(cluster, corpus_file, model_servers={"scripted": server})
@@ -171,8 +172,8 @@ def test_actors_spread_over_both_nodes_and_a_batch_completes(cluster, prefect_ha
 def test_a_sandbox_actor_killed_mid_call_is_an_error_result_and_restarts(cluster):
     import ray
 
-    from tasks.executor import execute
-    from tasks.tools import get_tool
+    from tasks.modules.executor import execute
+    from tasks.modules.tools import get_tool
 
     s = _settings(cluster)
     tool = get_tool("python", s)
@@ -213,8 +214,8 @@ def test_a_sandbox_actor_dead_for_good_is_replaced(cluster):
 def test_the_search_actor_loads_once_and_a_dead_one_is_an_error_result(cluster, corpus_file):
     import ray
 
-    from tasks.executor import execute
-    from tasks.tools import get_tool
+    from tasks.modules.executor import execute
+    from tasks.modules.tools import get_tool
 
     s = _settings(cluster, corpus_file)
     tool = get_tool("search", s)
@@ -288,7 +289,7 @@ class _FakeReplica:
 
 
 def test_the_router_asks_a_replica_for_its_url_once_per_ttl_not_once_per_lease(cluster):
-    from infra.model_server import ModelRouter
+    from infra.runtime.model_server import ModelRouter
 
     asked: list[str] = []
     a, b = _FakeReplica("http://a/v1", asked), _FakeReplica("http://b/v1", asked)
@@ -312,7 +313,7 @@ def test_the_router_asks_a_replica_for_its_url_once_per_ttl_not_once_per_lease(c
 
 
 def test_a_question_s_settings_are_derived_once_per_replica_and_base_settings(cluster, tmp_path):
-    from infra.ray_runtime import RayRuntime
+    from infra.runtime.services import RayRuntime
 
     class _Router:
         @contextlib.contextmanager
@@ -421,7 +422,7 @@ def _embedded_available() -> bool:
 @pytest.mark.skipif(not _embedded_available(), reason="llama-cpp-python or the smollm2-135m GGUF (agentflow models fetch) is not available")
 def test_a_llama_cpp_server_actor_serves_the_embedded_model_to_the_openai_backend(cluster):
     from infra.models import build_backend
-    from infra.settings import ModelConfig
+    from infra.runtime.settings import ModelConfig
 
     cfg = RayConfig(address=cluster.address, model_servers={"llama": {"engine": "llama_cpp", "model": "smollm2",
                                                                        "num_cpus": 0, "n_threads": 1}})
@@ -432,8 +433,8 @@ def test_a_llama_cpp_server_actor_serves_the_embedded_model_to_the_openai_backen
 
 
 def test_the_vllm_engine_is_the_same_actor_with_another_command():
-    from infra.model_server import server_command
-    from infra.settings import ModelServerConfig
+    from infra.runtime.model_server import server_command
+    from infra.runtime.settings import ModelServerConfig
 
     argv = server_command(ModelServerConfig(engine="vllm", model="qwen", model_path="Qwen/Qwen2.5-0.5B-Instruct",
                                             num_gpus=1, extra_args=["--gpu-memory-utilization", "0.5"]), "127.0.0.1", 9000)
@@ -489,10 +490,10 @@ def test_a_local_instance_and_the_cluster_stay_on_loopback(cluster, tmp_path):
     assert non_loopback_sockets(os.getpid()) == []
     script = (
         "import os, subprocess, sys, time\n"
-        "from infra.ray_runtime import ensure_ray, shutdown_ray\n"
-        "from infra.actors import SandboxPool\n"
-        "from infra.sandbox import SandboxLimits\n"
-        "from infra.settings import RayConfig\n"
+        "from infra.runtime.cluster import ensure_ray\nfrom infra.runtime.services import shutdown_ray\n"
+        "from infra.runtime.actors import SandboxPool\n"
+        "from infra.tools.sandbox import SandboxLimits\n"
+        "from infra.runtime.settings import RayConfig\n"
         "cfg = RayConfig(enabled=True, temp_dir='RAY_TMP', num_cpus=1)\n"
         "ensure_ray(cfg)\n"
         "assert SandboxPool.connect(cfg).run_python('print(5)', SandboxLimits()).stdout == '5\\n'\n"
@@ -514,8 +515,8 @@ def test_a_local_instance_and_the_cluster_stay_on_loopback(cluster, tmp_path):
 def test_roles_served_by_a_llama_cpp_server_sample_as_the_embedded_backend():
     import contextlib
 
-    from infra.ray_runtime import RayRuntime
-    from infra.settings import load_settings
+    from infra.runtime.services import RayRuntime
+    from infra.runtime.settings import load_settings
 
     class Router:
         @contextlib.contextmanager

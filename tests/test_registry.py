@@ -17,7 +17,7 @@ import pytest
 
 from infra.models import registry
 from infra.models.base import ModelError
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
 
 
 def _wheel(where: Path, name: str, version: str, member: str, payload: bytes) -> str:

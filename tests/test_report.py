@@ -9,10 +9,10 @@ import pytest
 
 from flows.evaluate import run_unit, seeded
 from flows.report import FIGURES, write_report
+from flows.systems import SystemOptions
 from infra.models import clear_backend_cache
-from infra.storage import ResultStore
-from tasks.metrics import summarize
-from tasks.systems import SystemOptions
+from infra.runtime.storage import ResultStore
+from tasks.eval.metrics import summarize
 from tests.scripted import answer, plan, scripted_settings
 
 SYSTEMS = ["direct", "monolithic", "modular", "modular-nomem"]

@@ -12,7 +12,7 @@ import pytest
 from flows.research import research_flow
 from flows.review import ReviewInput, apply_review
 from infra.models import clear_backend_cache
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
 from tasks.contracts import Answer, AnswerStatus, Origin, Question, ReviewAction, ReviewDecision, StopReason
 from tasks.prior import open_store, task_key
 from tests.scripted import answer, plan, scripted_settings
@@ -141,7 +141,7 @@ def test_decisions_change_the_answer_as_the_reviewer_says():
 
 
 def test_review_prefect_in_a_config_file_is_the_shorthand(tmp_path):
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("review: prefect\n")

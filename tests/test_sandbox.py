@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import sandbox as sbx
-from infra.sandbox import (
+from infra.tools import sandbox as sbx
+from infra.tools.sandbox import (
     BubblewrapSandbox,
     ProcessSandbox,
     SandboxLimits,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tasks.scorers import (
+from tasks.eval.scorers import (
     BENCHMARK_ANSWER_TYPES,
     Score,
     accuracy,

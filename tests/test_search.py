@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.search import (
+from infra.tools.search import (
     CorpusError,
     Document,
     Passage,

@@ -21,16 +21,16 @@ import structlog
 from typer.testing import CliRunner
 
 from flows.batch import InputReport, run_batch
-from flows.cli import app
+from flows.cli.app import app
 from flows.research import DIRECT_STEPS
-from infra import events
-from infra.events import REDACTED, RunLog, configure_process_logging, redact, register_secret
-from infra.model_server import JsonHandler
 from infra.models import build_backend, clear_backend_cache
 from infra.models.base import ModelError
 from infra.models.openai_compat import OpenAIBackend
-from infra.settings import ModelConfig
-from infra.storage import ResultStore
+from infra.runtime import events
+from infra.runtime.events import REDACTED, RunLog, configure_process_logging, redact, register_secret
+from infra.runtime.model_server import JsonHandler
+from infra.runtime.settings import ModelConfig
+from infra.runtime.storage import ResultStore
 from tasks.contracts import Question
 from tests.scripted import answer, plan, scripted_settings
 
@@ -294,10 +294,13 @@ def test_a_batch_killed_mid_write_resumes_without_loss_or_duplicates(corpus_file
 
 # ------------------------------------------------------------------------------- properties the other files leave open
 
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given  # noqa: E402
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from tasks.contracts import AnswerDraft, PlanDraft, Role as _Role  # noqa: E402
-from tasks.prompts import ParseError, parse_json_reply  # noqa: E402
+from tasks.contracts import AnswerDraft, PlanDraft  # noqa: E402
+from tasks.contracts import Role as _Role
+from tasks.modules.prompts import ParseError, parse_json_reply  # noqa: E402
 
 _json_like = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=12),
@@ -334,7 +337,7 @@ _ADVERSARIAL = st.sampled_from([
 def test_the_monolithic_baseline_never_exceeds_its_budget_either(corpus_file, script, max_tokens, max_calls, max_cost,
                                                                  max_steps):
     """tests/test_loop.py checks the modular loop; the baseline runs under the same Budget and must hold it too."""
-    from tasks.monolithic import run_monolithic
+    from tasks.baselines.monolithic import run_monolithic
 
     clear_backend_cache()
     s = scripted_settings(script, [answer("a", 1)], corpus=corpus_file,

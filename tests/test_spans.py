@@ -8,10 +8,10 @@ import jsonschema
 import pytest
 
 from infra.models.scripted import ScriptedBackend
-from infra.settings import ModelConfig, Settings
+from infra.runtime.settings import ModelConfig, Settings
 from tasks.contracts import MemoryItem, MemoryStatus, Provenance, answer_draft_schema
-from tasks.generator import Generator
-from tasks.spans import answer_spans, polar_question
+from tasks.modules.generator import Generator
+from tasks.modules.spans import answer_spans, polar_question
 
 
 def _search_item(step_id: int, *texts: str) -> MemoryItem:

@@ -9,7 +9,7 @@ import pytest
 from flows.batch import InputReport, run_batch
 from flows.research import DIRECT_STEPS
 from infra.models import clear_backend_cache
-from infra.storage import ResultStore, StorageError
+from infra.runtime.storage import ResultStore, StorageError
 from tasks.contracts import Question
 from tests.scripted import answer, plan, scripted_settings
 

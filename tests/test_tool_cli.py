@@ -2,7 +2,7 @@
 
 Every hostile program ends with status timeout, error or denied, a clear message, a non-zero exit,
 and leaves nothing behind outside the sandbox. Isolation properties the process fallback does not
-provide (see infra/sandbox.py) are skipped, with the reason, where bubblewrap cannot run.
+provide (see infra/tools/sandbox/) are skipped, with the reason, where bubblewrap cannot run.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from flows.tool_cli import tool_app
-from infra import sandbox as sbx
+from flows.cli.tool import tool_app
+from infra.tools import sandbox as sbx
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--set", "tools.python.timeout_s=2", "--set", "tools.python.memory_mb=128",

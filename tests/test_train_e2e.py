@@ -21,11 +21,11 @@ _RAY_TMP = tempfile.TemporaryDirectory(prefix="afe-")  # a short path (unix sock
 @pytest.mark.slow
 def test_real_training_run_writes_a_checkpoint_that_resumes(tmp_path):
     from flows.train import run_training
+    from infra.data.world import generate_world, write_world
     from infra.models import clear_backend_cache, locate_embedded_model
     from infra.models.base import ModelError
-    from infra.ray_runtime import shutdown_ray
-    from infra.settings import load_settings
-    from infra.world import generate_world, write_world
+    from infra.runtime.services import shutdown_ray
+    from infra.runtime.settings import load_settings
 
     try:
         locate_embedded_model(MECHANICS_MODEL)

@@ -13,17 +13,16 @@ pytest.importorskip("peft")
 
 from flows.train import IllegalTransition, Trainer, TrainPhase, batch_indices  # noqa: E402
 from infra.models import clear_backend_cache  # noqa: E402
-from infra.settings import ModelConfig, load_settings  # noqa: E402
+from infra.runtime.settings import ModelConfig, load_settings  # noqa: E402
 from tests.scripted import answer  # noqa: E402
 from tests.tiny_policy import write_tiny_model  # noqa: E402
-
 
 _RAY_TMP = tempfile.TemporaryDirectory(prefix="aft-")  # a short path (unix sockets); removed at exit
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from infra.world import generate_world, write_world
+    from infra.data.world import generate_world, write_world
 
     root = tmp_path_factory.mktemp("world")
     write_world(generate_world(seed=0, n_questions=6, split="train"), root / "train")
@@ -80,8 +79,8 @@ def test_train_flow_with_ray_workers_checkpoints_and_resumes(prefect_harness, wo
     from prefect.client.orchestration import get_client
 
     from flows.train import train
-    from infra.ray_runtime import shutdown_ray
-    from infra.storage import ResultStore
+    from infra.runtime.services import shutdown_ray
+    from infra.runtime.storage import ResultStore
 
     out = str(tmp_path / "out")
     clear_backend_cache()
@@ -125,7 +124,7 @@ def test_train_flow_with_ray_workers_checkpoints_and_resumes(prefect_harness, wo
 def test_cli_train_refuses_without_questions(tmp_path):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from flows.cli.app import app
 
     r = CliRunner().invoke(app, ["train", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "train.train_questions" in r.output

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from tasks.grpo import Learner, TurnSample, group_advantages, group_samples, token_loss  # noqa: E402
+from tasks.learn.grpo import Learner, TurnSample, group_advantages, group_samples, token_loss  # noqa: E402
 from tests.tiny_policy import write_tiny_model  # noqa: E402
 
 

@@ -16,7 +16,7 @@ pytest.importorskip("peft")
 from infra.models import build_backend, clear_backend_cache  # noqa: E402
 from infra.models.base import PromptTooLong  # noqa: E402
 from infra.models.hf_policy import PolicyModel, forget_policies, schema_choices  # noqa: E402
-from infra.settings import LoraSettings, ModelConfig  # noqa: E402
+from infra.runtime.settings import LoraSettings, ModelConfig  # noqa: E402
 from tasks.contracts import ANSWER_TOOL, Question, plan_draft_schema  # noqa: E402
 from tests.scripted import answer, plan, scripted_settings  # noqa: E402
 from tests.test_storage import s3_endpoint  # noqa: E402,F401  (the moto S3 endpoint fixture)
@@ -47,7 +47,7 @@ def _policy_settings(tiny_dir, **cfg):
 
 
 def test_planner_on_hf_policy_gets_valid_plans_and_turns_are_recorded(tiny_dir):
-    from tasks.planner import build_planner
+    from tasks.modules.planner import build_planner
 
     settings = _policy_settings(tiny_dir)
     planner = build_planner(settings)
@@ -107,7 +107,7 @@ def test_saved_adapter_loads_with_its_weights_and_template(tiny_dir, tmp_path):
 
 
 def test_modular_trained_runs_the_loop_on_the_adapter(tiny_dir, tmp_path):
-    from tasks.systems import SYSTEMS, SystemOptions, trained_settings
+    from flows.systems import SYSTEMS, SystemOptions, trained_settings
 
     PolicyModel(str(tiny_dir), trainable=True, template_fields=FIELDS).save_adapter(tmp_path / "ckpt" / "adapter")
     settings = scripted_settings([plan("answer")], generator=[answer("391", 1)])
@@ -126,8 +126,8 @@ def test_modular_trained_runs_the_loop_on_the_adapter(tiny_dir, tmp_path):
 
 
 def test_modular_base_is_the_same_backend_and_template_with_the_adapter_off(tiny_dir, tmp_path):
+    from flows.systems import SYSTEMS, SystemOptions, base_policy_settings, trained_settings
     from infra.models.hf_policy import policy_model
-    from tasks.systems import SYSTEMS, SystemOptions, base_policy_settings, trained_settings
 
     PolicyModel(str(tiny_dir), trainable=True, template_fields=["tool", "tool_input"]).save_adapter(tmp_path / "adapter")
     settings = scripted_settings([plan("answer")], generator=[answer("391", 1)])
@@ -160,9 +160,9 @@ def test_modular_base_is_the_same_backend_and_template_with_the_adapter_off(tiny
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_checkpoint_roundtrip(tiny_dir, tmp_path, where, request):
     from flows.train import Checkpoints
-    from infra.settings import Settings
-    from infra.storage import ResultStore
-    from tasks.grpo import Learner, TurnSample
+    from infra.runtime.settings import Settings
+    from infra.runtime.storage import ResultStore
+    from tasks.learn.grpo import Learner, TurnSample
 
     if where == "s3":  # the moto S3 endpoint of tests/test_storage.py, started by this module on first use
         store = ResultStore("s3://agentflow-test/ckpt-run1", s3_endpoint_url=request.getfixturevalue("s3_endpoint"))

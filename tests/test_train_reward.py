@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.settings import RewardConfig
-from tasks.reward import TrajectoryFacts, compute_reward, evidence_missing, gold_doc_ids
+from infra.runtime.settings import RewardConfig
+from tasks.learn.reward import TrajectoryFacts, compute_reward, evidence_missing, gold_doc_ids
 
 
 def facts(**kw) -> TrajectoryFacts:

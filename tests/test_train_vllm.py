@@ -10,9 +10,9 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from infra.model_server import JsonHandler
 from infra.models.base import ModelError
-from infra.settings import ModelConfig
+from infra.runtime.model_server import JsonHandler
+from infra.runtime.settings import ModelConfig
 from tests.scripted import answer, plan
 
 
@@ -135,7 +135,7 @@ def test_training_step_on_the_server_path_reloads_the_adapter(tmp_path, corpus_f
     pytest.importorskip("peft")
     from flows.train import run_training
     from infra.models import clear_backend_cache
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
     from tests.tiny_policy import write_tiny_model
 
     base = write_tiny_model(tmp_path / "tiny")

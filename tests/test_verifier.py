@@ -9,7 +9,7 @@ import pytest
 
 from flows.research import DIRECT_STEPS, ModuleSteps, research
 from infra.models import clear_backend_cache
-from infra.settings import ModelConfig, load_settings
+from infra.runtime.settings import ModelConfig, load_settings
 from tasks.checks import CHECKS, instruction_like, near_number, sentences, tokens
 from tasks.contracts import (
     FailureType,
@@ -21,8 +21,9 @@ from tasks.contracts import (
     Result,
     Verdict,
 )
-from tasks.verifier import Verifier, verify_step
-from tests.scripted import answer, plan as plan_reply, scripted_settings
+from tasks.modules.verifier import Verifier, verify_step
+from tests.scripted import answer, scripted_settings
+from tests.scripted import plan as plan_reply
 
 AS_OF = "2025-01-01"
 DEPTH = "Lake Orvanne is 212 metres deep at its deepest point, according to the 2024 survey."

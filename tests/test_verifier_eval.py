@@ -7,21 +7,15 @@ import json
 from collections import Counter
 
 import pytest
-
-from tests.conftest import MECHANICS_MODEL, MECHANICS_SETS
 from typer.testing import CliRunner
 
-from flows.verifier_eval import (
-    CATEGORIES,
-    CaseOutcome,
-    build_cases,
-    read_cases,
-    run_cases,
-    summarize,
-    verifier_eval_app,
-)
-from infra.settings import load_settings
+from flows.cli.verifier import verifier_eval_app
+from flows.verifier_eval import CaseOutcome, run_cases, summarize
+from infra.runtime.settings import load_settings
 from tasks.contracts import MemoryItem
+from tasks.eval.verifier_cases import build_cases, read_cases
+from tasks.eval.verifier_seeds import CATEGORIES
+from tests.conftest import MECHANICS_MODEL, MECHANICS_SETS
 
 runner = CliRunner()
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from infra.search import SearchIndex, load_corpus
-from infra.world import (
+from infra.data.oracle import WorldOracle, run_oracle
+from infra.data.world import (
     FACTS,
     QUESTION_FIELDS,
     TEST_FAMILIES,
@@ -31,7 +31,7 @@ from infra.world import (
     world_files,
     write_world,
 )
-from infra.world_oracle import WorldOracle, run_oracle
+from infra.tools.search import SearchIndex, load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 STRESS = WorldKnobs(distractor_rate=1.0, stale_rate=1.0, conflict_rate=0.3, injection_rate=1.0)
@@ -65,7 +65,7 @@ def test_same_seed_same_bytes(default_world):
 
 
 def test_same_bytes_in_another_process_with_another_hash_seed(tmp_path, default_world):
-    code = ("import hashlib, sys; from infra.world import generate_world, world_files; "
+    code = ("import hashlib, sys; from infra.data.world import generate_world, world_files; "
             "f = world_files(generate_world(0, 200, 'train')); "
             "print(';'.join(hashlib.sha256(f[n]).hexdigest() for n in sorted(f)))")
     env = dict(os.environ, PYTHONHASHSEED="12345")
@@ -424,7 +424,7 @@ def test_check_answer_accepts_every_gold_answer(default_world):
 
 @pytest.fixture
 def cli():
-    from flows.world_cli import world_app
+    from flows.cli.world import world_app
 
     runner = CliRunner()
     return lambda *args: runner.invoke(world_app, list(args))
@@ -503,7 +503,7 @@ def test_cli_oracle(cli, tmp_path):
 
 
 def test_cli_is_mounted_as_agentflow_world():
-    from flows.cli import app
+    from flows.cli.app import app
 
     r = CliRunner().invoke(app, ["world", "generate", "--help"])
     assert r.exit_code == 0 and "--questions" in r.output and "--split" in r.output

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from infra.models.base import Completion, ModelBackend, ModelError, PromptTooLong
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
 
 __all__ = [
     "Completion",

@@ -45,7 +45,7 @@ import structlog
 from infra.models import registry
 from infra.models.base import Completion, ModelError, PromptTooLong
 from infra.models.registry import DEFAULT_EMBEDDED
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
 
 log = structlog.get_logger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from infra.models.base import Completion, ModelError, PromptTooLong
-from infra.settings import LoraSettings, ModelConfig
+from infra.runtime.settings import LoraSettings, ModelConfig
 
 log = structlog.get_logger(__name__)
 

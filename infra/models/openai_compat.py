@@ -4,7 +4,7 @@ llama.cpp's server, hosted APIs) through the `openai` client.
 - The API key comes from the Prefect Secret block named by `ModelConfig.api_key_secret_block`
   when that is set (a block that cannot be loaded is a ModelError, never a silent fallback), else
   from the environment variable named by `ModelConfig.api_key_env`. The config never holds the
-  key. The key is registered with `infra.events.register_secret`, so every log scrubs it, and it
+  key. The key is registered with `infra.runtime.events.register_secret`, so every log scrubs it, and it
   is removed from every ModelError message (servers that echo request headers in error bodies
   cannot leak it into logs, Parquet or CLI output); such errors carry no exception chain either.
   Local servers usually need no key; a placeholder is sent then.
@@ -35,9 +35,9 @@ from typing import Any
 
 import structlog
 
-from infra.events import redact, register_secret, secret_values
 from infra.models.base import Completion, ModelError, PromptTooLong
-from infra.settings import ModelConfig
+from infra.runtime.events import redact, register_secret, secret_values
+from infra.runtime.settings import ModelConfig
 
 PLACEHOLDER_API_KEY = "not-needed"
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from infra.models.base import Completion, ModelError, PromptTooLong
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
 
 Responder = Callable[[list[dict[str, str]]], str]
 

@@ -31,7 +31,7 @@ import structlog
 
 from infra.models.base import Completion, ModelError
 from infra.models.hf_policy import Turn
-from infra.settings import ModelConfig
+from infra.runtime.settings import ModelConfig
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,5 @@
+"""`python -m flows.cli ...`: the `agentflow` command line."""
+
+from flows.cli.app import main
+
+main()
