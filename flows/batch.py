@@ -32,7 +32,7 @@ from infra.runtime.events import RunLog
 from infra.runtime.settings import ConfigError, Settings, dump_settings, load_settings
 from infra.runtime.storage import ResultStore
 from tasks.contracts import Plan, Question
-from tasks.eval.tables import ANSWERS_SCHEMA, STEPS_SCHEMA, answer_row, step_rows
+from tasks.eval.tables import ANSWERS_SCHEMA, JUDGED_SCHEMA, STEPS_SCHEMA, answer_row, judged_rows, step_rows
 from tasks.outcome import ResearchOutcome
 
 
@@ -259,6 +259,8 @@ def run_batch(report: InputReport, settings: Settings, run_id: str, *, log_dir: 
                     else:
                         # steps first: an answers part marks the question finished
                         store.write_part("steps", q.id, step_rows(outcome.records), STEPS_SCHEMA)
+                        store.write_part("judged", q.id, judged_rows(run_id, q.model_dump(mode="json"), outcome.judged,
+                                                                     settings.as_of), JUDGED_SCHEMA)
                         store.write_part("answers", q.id, [answer_row(outcome.answer, q)], ANSWERS_SCHEMA)
                         done += 1
                         if needs_human(outcome.answer, settings):  # reviewed after the batch, one at a time

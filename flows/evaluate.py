@@ -10,10 +10,10 @@ are gathered into ``results.parquet``, ``steps.parquet`` and ``evidence.parquet`
 Layout of --out::
 
     data/                  the prepared benchmark, when --data was a raw datasets directory
-    parts/{results,steps,evidence}/part-<system>.s<seed>.<question>.parquet
+    parts/{results,steps,evidence,judged}/part-<system>.s<seed>.<question>.parquet
     settings/<system>.seed<seed>.yaml      the resolved settings each system ran under, per seed
     logs/<system>.s<seed>.jsonl            JSON events of the runs
-    results.parquet steps.parquet evidence.parquet summary.json report.html traces/
+    results.parquet steps.parquet evidence.parquet judged.parquet summary.json report.html traces/
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from tasks.eval.contamination import (  # noqa: E402
 )
 from tasks.eval.metrics import ROLES, outcome_counts, summarize  # noqa: E402
 from tasks.eval.scorers import score_question  # noqa: E402
-from tasks.eval.tables import STEPS_SCHEMA, step_rows  # noqa: E402
+from tasks.eval.tables import JUDGED_SCHEMA, STEPS_SCHEMA, judged_rows, step_rows  # noqa: E402
 
 RESULT_VERSION = 2
 """Version of the results/steps/evidence layouts below; bump when a column changes meaning.
@@ -128,6 +128,7 @@ RESULTS_SCHEMA = pa.schema([
 ])
 
 STEPS_EVAL_SCHEMA = pa.schema([*_KEY, *STEPS_SCHEMA])
+JUDGED_EVAL_SCHEMA = pa.schema([*_KEY, *JUDGED_SCHEMA])
 
 EVIDENCE_SCHEMA = pa.schema([
     *_KEY,
@@ -301,6 +302,7 @@ class UnitResult:
     row: dict[str, Any]
     steps: list[dict[str, Any]]
     evidence: list[dict[str, Any]]
+    judged: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _failed_answer(question: Question, run_id: str, exc: Exception) -> Answer:
@@ -316,11 +318,12 @@ def run_unit(system: str, seed: int, record: dict, settings: Settings, *, run_id
 
     `system` is the label rows are keyed by; `base` the system that runs (default: the label)."""
     question = Question.model_validate(record)
-    records, evidence, error, prior = [], [], None, None
+    records, evidence, error, prior, judged = [], [], None, None, []
     t0 = time.perf_counter()
     try:
         outcome = SYSTEMS[base or system](question, settings, run_id=run_id, log=log, options=options)
         answer, records, prior = outcome.answer, outcome.records, getattr(outcome, "prior", None)
+        judged = getattr(outcome, "judged", [])
         evidence = evidence_from_memory(outcome.memory)
     except SystemUnavailable:
         raise
@@ -341,7 +344,8 @@ def run_unit(system: str, seed: int, record: dict, settings: Settings, *, run_id
     steps = [{**key, **r} for r in step_rows(records)]
     ev = [{**key, "step_id": e.step_id, "tool": e.tool, "status": e.status, "text": e.text[:20000],
            "failure_type": e.failure_type, "reason": e.reason} for e in evidence]
-    return UnitResult(row=row, steps=steps, evidence=ev)
+    return UnitResult(row=row, steps=steps, evidence=ev,
+                      judged=[{**key, **r} for r in judged_rows(run_id, record, judged, settings.as_of)])
 
 
 def result_row(system: str, seed: int, record: dict, answer: Answer, records: list, evidence: list[Evidence], score,
@@ -461,6 +465,7 @@ def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str
                         # steps and evidence first: a results part marks the unit finished
                         store.write_part("parts/steps", unit, result.steps, STEPS_EVAL_SCHEMA)
                         store.write_part("parts/evidence", unit, result.evidence, EVIDENCE_SCHEMA)
+                        store.write_part("parts/judged", unit, result.judged, JUDGED_EVAL_SCHEMA)
                         store.write_part("parts/results", unit, [result.row], RESULTS_SCHEMA)
                         done += 1
                         right += int(result.row["correct"])
@@ -500,7 +505,8 @@ def finish(store: ResultStore, bench: Benchmark, systems: list[str], seeds: list
     keep = {unit_key(n, s, str(q["id"])) for n in systems for s in seeds for q in bench.questions}
     tables = {"results": _rows(store, "results", RESULTS_SCHEMA, keep),
               "steps": _rows(store, "steps", STEPS_EVAL_SCHEMA, keep),
-              "evidence": _rows(store, "evidence", EVIDENCE_SCHEMA, keep)}
+              "evidence": _rows(store, "evidence", EVIDENCE_SCHEMA, keep),
+              "judged": _rows(store, "judged", JUDGED_EVAL_SCHEMA, keep)}
     for name, t in tables.items():
         buf = io.BytesIO()
         pq.write_table(t.sort_by([("system", "ascending"), ("seed", "ascending"), ("question_id", "ascending")]), buf)
@@ -515,7 +521,7 @@ def finish(store: ResultStore, bench: Benchmark, systems: list[str], seeds: list
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": [f"settings/{n}.seed{s}.yaml" for n in systems for s in seeds],
         "files": {"results": "results.parquet", "steps": "steps.parquet", "evidence": "evidence.parquet",
-                  "report": "report.html"},
+                  "judged": "judged.parquet", "report": "report.html"},
     }
     if attempts is not None:
         summary["run"].update(attempts)

@@ -20,6 +20,7 @@ from tasks.contracts import (
     ANSWER_TOOL,
     Answer,
     FailureType,
+    JudgedStep,
     MemoryStatus,
     NextAction,
     Question,
@@ -97,6 +98,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
 
     feedback: Verdict | None = None
     stop: Stop | None = None
+    judged: list[JudgedStep] = []
     try:
         for record in prior.candidates if prior else ():  # earlier evidence counts only once re-verified here
             stop = policy.begin_turn() or admit(costs.executor(record.tool)) or admit(costs.verifier)
@@ -142,8 +144,10 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             if stop:
                 break
             t0 = time.perf_counter()
-            verdict = steps.verify_step(plan, result, memory.accepted_view(), tid, settings, q)
+            shown = memory.accepted_view()
+            verdict = steps.verify_step(plan, result, shown, tid, settings, q)
             ledger.verifier(plan, verdict, (time.perf_counter() - t0) * 1000)
+            judged.append(JudgedStep(step_id=plan.step_id, plan=plan, result=result, view=shown, verdict=verdict))
             item = memory.record(plan, result, verdict)  # only accepted results become evidence
             if verdict.accepted and verdict.supersedes:  # a newer source replaces an older accepted item
                 memory.supersede(verdict.supersedes, item.id)
@@ -155,7 +159,8 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
     answer = _finish(question, stop, memory, budget, ledger, costs, steps, settings, run_id, policy.steps)
     if prior:  # lessons, accepted evidence and corrections for later runs (this run's own part file)
         prior.remember(memory.all_items(), memory.debug_trace())
-    return ResearchOutcome(answer=answer, records=ledger.records, memory=memory, prior=prior.report() if prior else None)
+    return ResearchOutcome(answer=answer, records=ledger.records, memory=memory, prior=prior.report() if prior else None,
+                           judged=judged)
 
 
 def _finish(question: Question, stop: Stop, memory: EvolvingMemory, budget: Budget, ledger: RunLedger,

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from rich.table import Table
 
+from tasks.eval.metrics import wilson_ci
 from tasks.eval.verifier_seeds import AS_OF, CATEGORIES, LABELS
 
 # =============================================================================== run
@@ -58,7 +59,8 @@ def run_cases(cases: list[dict], settings, mode: str) -> list[CaseOutcome]:
         v = verifiers[as_of]
         t0 = time.perf_counter()
         try:
-            verdict = v.verify_raw(case["plan"], case["result"], memory_view(case, as_of_datetime(as_of)))
+            question = str(case.get("question") or "") if case.get("question_seen") else ""  # harvested: as in the loop
+            verdict = v.verify_raw(case["plan"], case["result"], memory_view(case, as_of_datetime(as_of)), question)
             predicted, ftype, reason = ("accept" if verdict.accepted else "reject"), \
                 (verdict.failure_type.value if verdict.failure_type else None), verdict.reason
             calls, conf = (1 if verdict.usage else 0), verdict.confidence
@@ -82,6 +84,8 @@ def summarize(outcomes: list[CaseOutcome], mode: str = "") -> dict:
         neg, pos = sum(conf["reject"].values()), sum(conf["accept"].values())
         return {"cases": len(rows), "false_accepts": conf["reject"]["accept"], "false_rejects": conf["accept"]["reject"],
                 "false_accept_rate": _rate(conf["reject"]["accept"], neg), "false_reject_rate": _rate(conf["accept"]["reject"], pos),
+                "false_accept_ci95": wilson_ci(conf["reject"]["accept"], neg),
+                "false_reject_ci95": wilson_ci(conf["accept"]["reject"], pos),
                 "confusion": conf, "failure_types": dict(Counter(o.failure_type or "-" for o in rows).most_common())}
 
     cats = [c for c in CATEGORIES if any(o.category == c for o in outcomes)]
@@ -100,14 +104,17 @@ def summarize(outcomes: list[CaseOutcome], mode: str = "") -> dict:
 
 def report_tables(report: dict) -> list[Table]:
     t = Table(title=f"Verifier ({report['verifier']}): false accepts and false rejects")
-    for col in ("category", "cases", "false rejects", "FR rate", "false accepts", "FA rate", "top failure types"):
+    for col in ("category", "cases", "false rejects", "FR rate (95% CI)", "false accepts", "FA rate (95% CI)",
+                "top failure types"):
         t.add_column(col, justify="left" if col in ("category", "top failure types") else "right")
     rows = list(report["per_category"].items()) + [("overall", report["overall"])]
-    fmt = lambda r: "-" if r is None else f"{r:.1%}"  # noqa: E731
+    def fmt(rate: float | None, ci: list | tuple | None) -> str:
+        return "-" if rate is None else f"{rate:.1%}" + (f" ({ci[0]:.0%}-{ci[1]:.0%})" if ci else "")
+
     for name, b in rows:
         top = ", ".join(f"{k}:{v}" for k, v in list(b["failure_types"].items())[:3])
-        t.add_row(name, str(b["cases"]), str(b["false_rejects"]), fmt(b["false_reject_rate"]), str(b["false_accepts"]),
-                  fmt(b["false_accept_rate"]), top)
+        t.add_row(name, str(b["cases"]), str(b["false_rejects"]), fmt(b["false_reject_rate"], b.get("false_reject_ci95")),
+                  str(b["false_accepts"]), fmt(b["false_accept_rate"], b.get("false_accept_ci95")), top)
     c = report["overall"]["confusion"]
     m = Table(title="Confusion matrix (rows: label, columns: verdict)")
     for col in ("label", "accept", "reject"):

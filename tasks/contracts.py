@@ -433,6 +433,17 @@ class ModelUsage(_Record):
     latency_ms: float = Field(default=0.0, ge=0)
 
 
+class JudgedStep(_Record):
+    """One step as the Verifier judged it: the plan, the raw result, the accepted evidence it was shown and the
+    verdict. Runs keep these so that labeled verification cases can be harvested from real errors."""
+
+    step_id: int = Field(ge=0)
+    plan: Plan
+    result: Result
+    view: list[MemoryItem] = Field(default_factory=list, description="The accepted evidence shown to the Verifier.")
+    verdict: Verdict
+
+
 class PlanOutcome(_Record):
     """The Planner task's hand-off: a valid Plan, or why there is none (never enters memory)."""
 

@@ -3,9 +3,9 @@ runs, what that memory did. Shared by the modular loop (flows/research.py) and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from tasks.contracts import Answer, StepRecord
+from tasks.contracts import Answer, JudgedStep, StepRecord
 from tasks.memory import EvolvingMemory
 
 
@@ -15,3 +15,4 @@ class ResearchOutcome:
     records: list[StepRecord]
     memory: EvolvingMemory
     prior: dict | None = None  # what memory across runs did (memory.mode=persistent): rechecks, expired, lessons
+    judged: list[JudgedStep] = field(default_factory=list)  # every step the Verifier judged (the modular loop)

@@ -154,6 +154,12 @@ def test_evaluate_flow_writes_results_summary_report_and_resumes(prefect_harness
     assert [x["role"] for x in mod_steps] == ["planner", "executor", "verifier", "planner", "generator"]
     ev = pq.read_table(out / "evidence.parquet").to_pylist()
     assert any(e["system"] == "modular" and e["status"] == "accepted" and "42" in e["text"] for e in ev)
+    judged = pq.read_table(out / "judged.parquet").to_pylist()  # every step a Verifier judged, whole, for harvesting
+    assert {j["system"] for j in judged} == {"modular", "modular-nomem"}  # the baselines have no Verifier
+    one = next(j for j in judged if (j["system"], j["seed"], j["question_id"]) == ("modular", 0, "gsm8k-0001"))
+    step = json.loads(one["step"])
+    assert one["accepted"] and step["plan"]["tool"] == "python" and step["result"]["data"]["stdout"].strip() == "42"
+    assert json.loads(one["question"])["answer"] == "42"
 
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["systems"]) == systems

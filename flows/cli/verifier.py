@@ -53,6 +53,38 @@ def build_cmd(
         err_console.print(f"note: fewer than {per_category} cases in {', '.join(short)} (not enough usable seeds)")
 
 
+@verifier_eval_app.command("harvest")
+def harvest_cmd(
+    runs: list[Path] = typer.Argument(..., help="Evaluation directories (`agentflow eval --out`) or batch run "
+                                      "directories (<batch --out>/<run id>), with gold answers."),
+    out: Path = typer.Option(..., "--out", help="Where the labeled cases go (JSONL, one case a line)."),
+) -> None:
+    """Label every step a Verifier judged in real runs: the gold value -> accept; accepted on a wrong answer and
+    not the gold (nor an intermediate of its solution) -> reject, named by its error; the rest left out, counted."""
+    from tasks.eval.harvest import CATEGORIES as HARVEST_CATEGORIES
+    from tasks.eval.harvest import HarvestError, harvest
+
+    for run in runs:
+        if not run.is_dir():
+            fail(f"run directory {str(run)!r} does not exist")
+    try:
+        got = harvest(runs)
+    except HarvestError as exc:
+        fail(str(exc))
+    if not got.cases:
+        fail(f"no labeled case in {got.steps} judged steps (left out: {dict(got.left_out) or 'none'}); "
+             f"nothing written to {out}", 1)
+    write_cases(got.cases, out)
+    counts = got.counts()
+    labels = Counter(c["label"] for c in got.cases)
+    console.print(f"wrote {len(got.cases)} cases ({labels['accept']} accept, {labels['reject']} reject) from "
+                  f"{got.steps} judged steps to {out}", highlight=False)
+    console.print("per category: " + ", ".join(f"{c}={counts[c]}" for c in HARVEST_CATEGORIES if c in counts),
+                  highlight=False)
+    console.print("left out:     " + (", ".join(f"{k}={v}" for k, v in got.left_out.most_common()) or "none"),
+                  highlight=False)
+
+
 @verifier_eval_app.command("run")
 def run_cmd(
     labeled: Path = typer.Option(..., "--labeled", help="A labeled JSONL file (from `build`, or hand-written)."),

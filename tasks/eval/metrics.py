@@ -100,6 +100,17 @@ def bootstrap_ci(values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLE
     return float(lo), float(hi)
 
 
+def wilson_ci(k: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """Wilson score interval of a proportion k/n (95% by default); None for n = 0. Unlike the normal
+    approximation it stays inside [0, 1] and is not empty at k = 0 or k = n (0 of 11 false accepts is [0, 0.26])."""
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
+
+
 def per_question_means(rows: Iterable[Row], value: str = "correct") -> dict[str, float]:
     """Each question's mean of ``value`` over the seeds it ran with."""
     acc: dict[str, list[float]] = defaultdict(list)

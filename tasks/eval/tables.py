@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 
-from tasks.contracts import Answer, Question, StepRecord
+from tasks.contracts import Answer, JudgedStep, Question, StepRecord
 
 ANSWERS_SCHEMA = pa.schema([
     ("run_id", pa.string()),
@@ -47,6 +47,20 @@ STEPS_SCHEMA = pa.schema([
     ("schema_version", pa.int32()),
 ])
 
+# One row per step the Verifier judged: the whole step as it saw it (JudgedStep JSON) and the question with its
+# gold answer, so that `agentflow verifier-eval harvest` can turn real runs into labeled cases.
+JUDGED_SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("task_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("tool", pa.string()),
+    ("accepted", pa.bool_()),
+    ("failure_type", pa.string()),
+    ("as_of", pa.string()),
+    ("question", pa.string()),  # JSON: the question record (id, question, answer, benchmark, answer_type, ...)
+    ("step", pa.string()),  # JSON: the JudgedStep
+])
+
 
 def answer_row(answer: Answer, question: Question) -> dict:
     costs = answer.cost.values()
@@ -80,3 +94,9 @@ def step_rows(records: list[StepRecord]) -> list[dict]:
         row["failure_type"] = r.failure_type.value if r.failure_type else None
         rows.append(row)
     return rows
+
+
+def judged_rows(run_id: str, record: dict, judged: list[JudgedStep], as_of: str | None) -> list[dict]:
+    return [{"run_id": run_id, "task_id": str(record.get("id")), "step_id": j.step_id, "tool": j.plan.tool,
+             "accepted": j.verdict.accepted, "failure_type": j.verdict.failure_type.value if j.verdict.failure_type else None,
+             "as_of": as_of, "question": json.dumps(record, default=str), "step": j.model_dump_json()} for j in judged]

@@ -210,7 +210,7 @@ class Verifier:
                        reason="passed " + ", ".join(c.name for c in done), next_action=NextAction.continue_,
                        supersedes=supersedes)
 
-    def verify_raw(self, plan: Any, result: Any, view: list[MemoryItem]) -> Verdict:
+    def verify_raw(self, plan: Any, result: Any, view: list[MemoryItem], question: str = "") -> Verdict:
         """Judge records that may be invalid (labeled cases): a record that fails its contract is a schema failure."""
         step_id = plan.get("step_id") if isinstance(plan, dict) and isinstance(plan.get("step_id"), int) else 0
         step_id = max(step_id, 0)
@@ -226,7 +226,7 @@ class Verifier:
             return Verdict(step_id=step_id, accepted=False, checks=[Check(name="schema", passed=False, detail=what[:500])],
                            failure_type=FailureType.schema, reason=f"{what}; the record never enters memory",
                            confidence=CONFIDENCE["rejected"], next_action=NextAction.replan)
-        return self.verify(p, r, view)
+        return self.verify(p, r, view, question)
 
     # ------------------------------------------------------------------ the judge
 

@@ -1,0 +1,304 @@
+"""Labeled verification cases harvested from real runs: every step a Verifier judged in a batch or an evaluation,
+labeled by whether its value leads to the gold answer, and named by the error it really makes.
+
+Labels: a step whose value is the gold answer: ``accept``. A step accepted into memory on a question answered
+wrongly, whose value is neither the gold nor a value the gold's own solution passes through: ``reject``.
+Everything else is ambiguous (an intermediate value, a step with no value, a rejected step that is not the
+gold...): left out and counted by reason, never guessed. The categories of the rejects describe the error from
+the step and the question alone (see `error_category`); ``correct`` is the category of every accept.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from infra.runtime.storage import ResultStore
+from tasks.checks import explicit_claim, numbers_in, tokens
+from tasks.checks.context import derived_claim
+from tasks.contracts import JudgedStep
+from tasks.eval.scorers import score_question
+
+ERROR_CATEGORIES = (
+    "wrong_operation",     # python: uses the question's quantities, combines them wrongly
+    "ignored_quantity",    # python: leaves out a quantity the question states
+    "unsupported_number",  # python: prints a number no arithmetic over stated quantities or evidence produced
+    "impossible_value",    # python: a negative count or amount, a fraction of a whole-number count
+    "distractor_entity",   # search: the claim is about a near-namesake, not the entity asked about
+    "stale_source",        # search: the claim cites a superseded (older) document
+    "wrong_attribute",     # search: a gold document, but another property than the one asked
+    "unsupported_claim",   # search: the value is not in the passage the claim cites
+    "wrong_value",         # search: anything else
+    "unverified_estimate",  # generalist: a model's own answer
+)
+CATEGORIES = ("correct", *ERROR_CATEGORIES)
+
+_COUNT = re.compile(r"\bhow many\b", re.I)
+_AMOUNT = re.compile(r"\b(how much|change|left|remain|cost|price|profit|earn|pay|spend|save|distance|long|far|tall|"
+                     r"old|weigh|height|length|width|area|volume|speed|time|hours|minutes|days|total)\b", re.I)
+
+
+class HarvestError(ValueError):
+    """A run directory that holds no judged steps, or one that cannot be read; the message says which."""
+
+
+@dataclass
+class JudgedRow:
+    """One judged step of one run of one question, with what the harvest needs to label it."""
+
+    source: str               # the run directory (and system/seed for an evaluation)
+    record: dict[str, Any]    # the question record with its gold answer
+    step: JudgedStep
+    answered_correctly: bool
+    as_of: str | None
+
+
+@dataclass
+class Harvest:
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    left_out: Counter = field(default_factory=Counter)  # reason -> steps
+    steps: int = 0
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(case["category"] for case in self.cases)
+        return {k: c[k] for k in CATEGORIES if c[k]}
+
+
+# --------------------------------------------------------------------------- reading runs
+
+
+def _record_kind(record: dict[str, Any]) -> dict[str, Any]:
+    """A record the scorers can dispatch on: a batch question carries no benchmark, so its gold decides."""
+    if record.get("benchmark") or record.get("answer_type"):
+        return record
+    return {**record, "answer_type": "number" if _number(str(record.get("answer") or "")) is not None else "text"}
+
+
+def read_run(path: str | Path) -> list[JudgedRow]:
+    """The judged steps of an evaluation directory (results + judged parts) or a batch run directory."""
+    root = Path(path)
+    if (root / "parts" / "judged").is_dir():
+        return _read_eval(root)
+    if (root / "judged").is_dir() and (root / "answers").is_dir():
+        return _read_batch(root)
+    raise HarvestError(f"{str(root)!r} holds no judged steps: give an `agentflow eval --out` directory or a batch "
+                       "run directory (<batch --out>/<run id>) written since judged steps are kept")
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    return [r for f in sorted(folder.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def _read_eval(root: Path) -> list[JudgedRow]:
+    results = {(r["system"], r["seed"], r["question_id"]): r for r in _rows(root / "parts" / "results")}
+    out = []
+    for r in _rows(root / "parts" / "judged"):
+        done = results.get((r["system"], r["seed"], r["question_id"]))
+        if done is None:  # a unit interrupted before its results row: not finished, not harvested
+            continue
+        out.append(JudgedRow(f"{root}:{r['system']}.s{r['seed']}", _record_kind(json.loads(r["question"])),
+                             JudgedStep.model_validate_json(r["step"]), bool(done["correct"]), r["as_of"]))
+    return out
+
+
+def _read_batch(root: Path) -> list[JudgedRow]:
+    store = ResultStore(str(root))
+    answers = {r["task_id"]: r for r in store.read_table("answers").to_pylist()}
+    out = []
+    for r in store.read_table("judged").to_pylist():
+        answer = answers.get(r["task_id"])
+        if answer is None:
+            continue
+        record = _record_kind(json.loads(r["question"]))
+        if record.get("answer") is None:  # no gold: nothing to label against
+            continue
+        correct = score_question(record, answer["answer"], status=answer["status"]).correct
+        out.append(JudgedRow(str(root), record, JudgedStep.model_validate_json(r["step"]), correct, r["as_of"]))
+    return out
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def step_value(step: JudgedStep) -> str | None:
+    """What the step asserts: its stated claim, else (python) its last printed line or (generalist) its text."""
+    try:
+        claim = explicit_claim(step.result) or derived_claim(step.plan, step.result)
+    except ValueError:  # a malformed claim asserts nothing the harvest can score
+        return None
+    return claim.value if claim else None
+
+
+_SIGNED = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
+
+
+def _number(text: str) -> Decimal | None:
+    """The last number in `text`, with its sign (the checks' tokens drop it: -455 change is the error here)."""
+    found = _SIGNED.findall(text)
+    if not found:
+        return None
+    try:
+        return Decimal(found[-1].replace(",", ""))
+    except InvalidOperation:
+        return None
+
+
+def _solution_values(record: dict[str, Any]) -> set[Decimal]:
+    """The values a worked solution passes through (GSM8K's <<a*b=c>> annotations and its stated numbers)."""
+    text = str(record.get("solution") or "")
+    return {n for n in numbers_in(tokens(text.replace("<<", " ").replace(">>", " ").replace("=", " = ")))}
+
+
+def _world_path_entities(record: dict[str, Any]) -> set[str]:
+    return {str(hop.get("entity")).lower() for hop in record.get("gold_path") or [] if hop.get("entity")}
+
+
+def label(row: JudgedRow) -> tuple[str | None, str]:
+    """(label, category) for a step that can be labeled, else (None, the reason it is left out)."""
+    value = step_value(row.step)
+    if value is None:
+        return None, "no_value"
+    if score_question(row.record, value).correct:
+        return "accept", "correct"
+    if not row.step.verdict.accepted:
+        return None, "rejected_not_gold"
+    if row.answered_correctly:
+        return None, "accepted_on_a_correct_answer"
+    if str(row.record.get("expected_status") or "answered") != "answered":
+        return None, "question_expects_no_answer"
+    number = _number(value)
+    if number is not None and number >= 0 and number in _solution_values(row.record):
+        return None, "intermediate_value"
+    if row.step.plan.tool == "search" and _gold_lookup(row):
+        return None, "intermediate_lookup"
+    return "reject", error_category(row)
+
+
+def _gold_lookup(row: JudgedRow) -> bool:
+    """A world search step that cites a gold document about an entity on the gold path: a plausible hop."""
+    try:
+        claim = explicit_claim(row.step.result)
+    except ValueError:
+        return False
+    gold_docs = set(row.record.get("gold_doc_ids") or [])
+    if claim is None or not gold_docs:
+        return False
+    return bool(set(claim.cites) & gold_docs) and claim.subject.lower() in _world_path_entities(row.record)
+
+
+# --------------------------------------------------------------------------- what the error is
+
+
+def _question_numbers(question: str) -> set[Decimal]:
+    return set(numbers_in(tokens(question)))
+
+
+def _program_numbers(code: str) -> set[Decimal]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            try:
+                out.add(Decimal(repr(node.value)) if isinstance(node.value, float) else Decimal(node.value))
+            except InvalidOperation:
+                pass
+    return out
+
+
+def _has_arithmetic(code: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.BinOp, ast.AugAssign)) or
+               (isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("sum", "max", "min", "abs", "round"))
+               for n in ast.walk(tree))
+
+
+def error_category(row: JudgedRow) -> str:
+    """Name the error of a step labeled reject, from the step and the question alone."""
+    step, question = row.step, str(row.record.get("question") or "")
+    tool = step.plan.tool
+    if tool == "python":
+        value = _number(step_value(step) or "")
+        code = str(step.plan.args.get("code") or "")
+        if value is not None and (value < 0 and (_COUNT.search(question) or _AMOUNT.search(question))
+                                  or value != value.to_integral_value() and _COUNT.search(question)):
+            return "impossible_value"
+        stated, used = _question_numbers(question), _program_numbers(code)
+        if not _has_arithmetic(code) or (value is not None and not stated and value not in used):
+            return "unsupported_number"
+        if stated - used - {Decimal(0), Decimal(1)}:
+            return "ignored_quantity"
+        return "wrong_operation"
+    if tool == "search":
+        try:
+            claim = explicit_claim(step.result)
+        except ValueError:
+            claim = None
+        if claim is None:
+            return "wrong_value"
+        distractors = {str(d.get("name", "")).lower() for d in row.record.get("distractors") or []}
+        distractor_docs = {str(d.get("doc_id")) for d in row.record.get("distractors") or []}
+        if claim.subject.lower() in distractors or set(claim.cites) & distractor_docs:
+            return "distractor_entity"
+        stale_docs = {str(s.get("doc_id")) if isinstance(s, dict) else str(s) for s in row.record.get("stale") or []}
+        if set(claim.cites) & stale_docs:
+            return "stale_source"
+        cited = " ".join(str(p.get("text", "")) for p in (step.result.data or {}).get("passages", [])
+                         if isinstance(p, dict) and str(p.get("doc_id")) in claim.cites)
+        if claim.value.lower() not in cited.lower():
+            return "unsupported_claim"
+        if set(claim.cites) & set(row.record.get("gold_doc_ids") or []):
+            return "wrong_attribute"
+        return "wrong_value"
+    return "unverified_estimate"
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def case_of(row: JudgedRow, lab: str, category: str, index: int) -> dict[str, Any]:
+    """A labeled case in verifier-eval's format; the Verifier sees the question, as it does in the loop."""
+    step = row.step
+    qid = str(row.record.get("id"))
+    return {
+        "id": f"h{index:05d}-{qid}-s{step.step_id}",
+        "category": category,
+        "source": row.source,
+        "kind": step.plan.tool,
+        "question": str(row.record.get("question") or ""),
+        "question_seen": True,
+        "gold": str(row.record.get("answer")),
+        "as_of": row.as_of or "2025-01-01",
+        "plan": step.plan.model_dump(mode="json"),
+        "result": step.result.model_dump(mode="json"),
+        "memory": [m.model_dump(mode="json") for m in step.view],
+        "label": lab,
+        "verdict_in_run": "accept" if step.verdict.accepted else "reject",
+    }
+
+
+def harvest(paths: list[str | Path]) -> Harvest:
+    """Read every run, label every judged step; cases in run, question and step order."""
+    out = Harvest()
+    for path in paths:
+        for row in read_run(path):
+            out.steps += 1
+            lab, category = label(row)
+            if lab is None:
+                out.left_out[category] += 1
+            else:
+                out.cases.append(case_of(row, lab, category, len(out.cases) + 1))
+    return out
