@@ -121,7 +121,7 @@ def test_concurrent_writers_never_corrupt_the_store(tmp_path):
 def test_concurrent_runs_of_a_batch_each_write_their_own_part(tmp_path):
     from flows.batch import InputReport, run_batch
 
-    qs = [Question(id=f"m{i}", question=f"What is {i} * 7?") for i in range(4)]
+    qs = [Question(id=f"m{i}", question=f"What is 6 * 7 (case {'abcd'[i]})?") for i in range(4)]  # the program fits
     # one reply, repeated: every question runs the program, then repeats it (refused, a lesson) and stops
     s = persistent(tmp_path, [plan("python", "print(6 * 7)")], [answer("42", 1)], **{"storage.out": str(tmp_path / "runs")})
     run_batch(InputReport(questions=qs), s, "batch-1", log_dir=str(tmp_path / "logs"), steps=DIRECT_STEPS,

@@ -118,12 +118,12 @@ def rejected_by(verdict: Verdict, name: str, ftype: FailureType):
 
 def test_checks_run_in_the_documented_order_and_a_clean_step_passes_all():
     assert [f.__name__ for f in CHECKS] == ["check_schema", "check_tool_status", "check_evidence", "check_injection",
-                                            "check_recomputation", "check_assertion", "check_freshness",
-                                            "check_citation_span", "check_conflict"]
+                                            "check_recomputation", "check_quantities", "check_assertion",
+                                            "check_freshness", "check_citation_span", "check_attribute", "check_conflict"]
     v = verifier().verify(*search(claim=claim()), [])
     assert v.accepted and v.next_action is NextAction.continue_
     assert [c.name for c in v.checks] == ["schema", "tool_status", "evidence_present", "injection", "recomputation",
-                                          "assertion", "freshness", "citation_span", "conflict"]
+                                          "quantities", "assertion", "freshness", "citation_span", "attribute", "conflict"]
     assert all(c.passed for c in v.checks) and v.confidence >= 0.9 and v.judge_independent is None and v.usage is None
 
 

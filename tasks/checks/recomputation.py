@@ -8,6 +8,7 @@ import re
 from decimal import Decimal
 
 from tasks.checks.context import Outcome, StepContext, failed, passed, undecided
+from tasks.checks.quantities import stated_quantities
 from tasks.checks.statements import _memory_claim, _memory_texts
 from tasks.checks.text import canonical_number, near_number, numbers_in, same_value, tokens
 from tasks.contracts import FailureType, Plan, ResultStatus
@@ -82,6 +83,8 @@ def check_recomputation(ctx: StepContext) -> Outcome:
     # Given data: the question when it is known (a number the model writes into its own plan grounds nothing),
     # else the plan's text (callers that only have the step).
     plan_nums = _numbers_of(ctx.question) if ctx.question else _numbers_of(_plan_text(ctx.plan))
+    if ctx.question:  # 'three $50 notes', 'twice as far', 'three-quarters': quantities written as words
+        plan_nums |= {Decimal(n) for _, ways in stated_quantities(ctx.question) for way in ways for n in way}
     scope = [ctx.memory_item(c) for c in cited_ids] if cited_ids else ctx.view
     evid_nums: dict[Decimal, str] = {}
     for item in scope:
