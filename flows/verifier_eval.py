@@ -30,6 +30,7 @@ class CaseOutcome:
     latency_ms: float
     model_calls: int
     confidence: float
+    tokens: int = 0  # model tokens (judge or independent program) spent on this case
 
 
 def memory_view(case: dict, as_of: datetime) -> list:
@@ -64,10 +65,11 @@ def run_cases(cases: list[dict], settings, mode: str) -> list[CaseOutcome]:
             predicted, ftype, reason = ("accept" if verdict.accepted else "reject"), \
                 (verdict.failure_type.value if verdict.failure_type else None), verdict.reason
             calls, conf = (1 if verdict.usage else 0), verdict.confidence
+            tokens = verdict.usage.tokens_in + verdict.usage.tokens_out if verdict.usage else 0
         except Exception as exc:  # a crash is a verdict nobody can use: counted as a reject, reported
-            predicted, ftype, reason, calls, conf = "reject", "error", f"{type(exc).__name__}: {exc}", 0, 0.0
+            predicted, ftype, reason, calls, conf, tokens = "reject", "error", f"{type(exc).__name__}: {exc}", 0, 0.0, 0
         outcomes.append(CaseOutcome(case["id"], case["category"], case["label"], predicted, ftype, reason[:300],
-                                    (time.perf_counter() - t0) * 1000, calls, conf))
+                                    (time.perf_counter() - t0) * 1000, calls, conf, tokens))
     return outcomes
 
 
@@ -97,6 +99,7 @@ def summarize(outcomes: list[CaseOutcome], mode: str = "") -> dict:
         "per_category": {c: block([o for o in outcomes if o.category == c]) for c in cats},
         "mean_latency_ms": round(sum(o.latency_ms for o in outcomes) / n, 2) if n else None,
         "model_calls_per_case": round(sum(o.model_calls for o in outcomes) / n, 4) if n else None,
+        "model_tokens_per_case": round(sum(o.tokens for o in outcomes) / n, 1) if n else None,
         "errors": [{"id": o.id, "category": o.category, "label": o.label, "predicted": o.predicted,
                     "failure_type": o.failure_type, "reason": o.reason} for o in outcomes if o.label != o.predicted][:200],
     }

@@ -79,3 +79,50 @@ def test_a_claim_about_the_wrong_property_of_the_right_person_is_rejected():
     p, r = search(passages=[passage(text="Lionel Acre is an American.", title="Lionel Acre")],
                   claim=claim(value="American", subject="Lionel Acre", attribute="nationality"))
     assert next(c for c in verifier().verify(p, r, []).checks if c.name == "attribute").passed
+
+
+# --------------------------------------------------------------------------- independent recomputation
+
+
+def _hybrid(reply: str, **values):
+    """A hybrid Verifier whose model (scripted) writes `reply` as its own program; programs run in the real sandbox."""
+    from infra.runtime.settings import ModelConfig
+    from tasks.modules import recompute
+    from tasks.modules.verifier import Verifier
+    from tests.test_verifier import settings
+
+    recompute._CACHE.clear()
+    judge = ModelConfig(backend="scripted", model="scripted-verifier", script=[reply]).model_dump()
+    return Verifier(settings(**{"models.verifier": judge, **values}), mode="hybrid")
+
+
+def _step(code: str, stdout: str):
+    return python(code=code, stdout=stdout, sub_goal="compute the total distance")
+
+
+OWN = "```python\nmonday = 27\ntuesday = 2 * monday\nwednesday = tuesday - 15\nprint(monday + tuesday + wednesday)\n```"
+
+
+def test_an_independent_program_catches_the_operation_every_operand_check_lets_through():
+    v = _hybrid(OWN)
+    verdict = v.verify(*_step("print(27 + 2 * 15 - 15)", "42\n"), [], KM)
+    assert not verdict.accepted and verdict.failure_type is FailureType.recomputation
+    assert "120" in verdict.reason and "42" in verdict.reason  # both values go back to the Planner
+    assert verdict.checks[-1].name == "independent" and verdict.usage is not None and verdict.usage.tokens_out > 0
+    right = v.verify(*_step("t = 2 * 27\nprint(27 + t + t - 15)", "120\n"), [], KM)  # the same question: no second call
+    assert right.accepted and right.checks[-1].name == "independent" and right.checks[-1].passed
+    assert right.usage is None and v.recomputer.backend.calls == 1
+
+
+@pytest.mark.parametrize("reply", ["I cannot solve this.", "```python\nprint(undefined_name)\n```", "```python\npass\n```"])
+def test_an_independent_program_that_fails_decides_nothing(reply):
+    verdict = _hybrid(reply).verify(*_step("print(27 + 2 * 15 - 15)", "42\n"), [], KM)
+    assert verdict.accepted and next(c for c in verdict.checks if c.name == "independent").passed
+
+
+def test_it_runs_only_for_word_problems_with_a_model_and_when_enabled():
+    lookup = "What is the highest summit of the Sella hills?"
+    verdict = _hybrid(OWN).verify(*_step("print(1 + 1)", "2\n"), [], lookup)
+    assert "independent" not in [c.name for c in verdict.checks]
+    assert _hybrid(OWN, **{"verifier.independent": False}).recomputer is None
+    assert verifier().recomputer is None  # deterministic: no model, no recomputation

@@ -137,5 +137,6 @@ def run_cmd(
         return
     for table in report_tables(report):
         _wide.print(table)
-    console.print(f"mean latency {report['mean_latency_ms']} ms per case, {report['model_calls_per_case']} model calls per case")
+    console.print(f"mean latency {report['mean_latency_ms']} ms per case, {report['model_calls_per_case']} model calls and "
+                  f"{report['model_tokens_per_case']} model tokens per case")
     console.print(f"report: {target}")

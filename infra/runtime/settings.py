@@ -177,6 +177,10 @@ class VerifierConfig(_Section):
     max_source_age_days: float | None = Field(default=None, ge=0, description="Sources older than this before as_of are stale.")
     judge_confidence_cap: float = Field(default=0.5, ge=0.0, le=1.0,
                                         description="Most confidence when the judge shares a model with the Planner or Executor.")
+    independent: bool = Field(
+        default=True, description="With a verifier model (models.verifier, hybrid): for a python step of a word problem "
+        "the model writes its own program for the question, without the Planner's, runs it in the sandbox, and a "
+        "different value rejects the step (both values go to the Planner). Once per question.")
     undecided: Literal["accept", "reject"] = Field(
         default="accept", description="What passes when checks cannot decide and no judge is asked (accepted at low confidence).")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(

@@ -35,7 +35,8 @@ _UNITS = re.compile(r"^(hours?|minutes?|seconds?|days?|weeks?|months?|years?|mil
                     r"litres?|gallons?|cups?|quarts?|pints?|times|percent|dollars?|cents?)$", re.I)
 
 
-def _number(text: str) -> Decimal | None:
+def last_number(text: str) -> Decimal | None:
+    """The last number in a text, with its sign."""
     found = _SIGNED.findall(text)
     try:
         return Decimal(found[-1].replace(",", "")) if found else None
@@ -138,7 +139,7 @@ def check_quantities(ctx: StepContext) -> Outcome:
         return passed(name, "n/a: not a python result of a known question")
     stdout = str((ctx.result.data or {}).get("stdout") or "")
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
-    value = _number(lines[-1]) if lines else None
+    value = last_number(lines[-1]) if lines else None
     if value is None:
         return passed(name, "n/a: the program prints no number")
     q = ctx.question

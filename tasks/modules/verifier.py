@@ -45,7 +45,9 @@ from tasks.contracts import (
     ToolCard,
     Verdict,
 )
+from tasks.checks.quantities import last_number
 from tasks.modules.prompts import ParseError, judge_messages, parse_json_reply, render_evidence, render_result
+from tasks.modules.recompute import Recomputer, agree, applies
 from tasks.modules.tools import echo_expression, python_sandbox, tool_cards
 
 MODES = ("deterministic", "llm", "hybrid")
@@ -168,6 +170,8 @@ class Verifier:
             cfg = settings.models.verifier
             judge = Judge(cfg, judge_is_independent(settings), v.judge_confidence_cap) if cfg and self.mode != "deterministic" else None
         self.judge: Judge | None = judge or None
+        self.recomputer = Recomputer(self.judge.config, self.options.rerun) \
+            if self.judge is not None and self.mode == "hybrid" and v.independent else None
         if self.mode == "llm" and self.judge is None:
             raise ValueError("verifier.mode=llm needs a judge model (models.verifier)")
 
@@ -200,6 +204,11 @@ class Verifier:
         evidence = _evidence(ctx)
         if questions:
             return self._settle(ctx, done, questions, evidence, supersedes)
+        usage = None
+        if self.recomputer is not None and result.tool == "python" and question and applies(question):
+            rejected, usage = self._independent(ctx, done)
+            if rejected is not None:
+                return rejected
         if result.model:
             level = "estimate"
         elif ctx.explicit:
@@ -208,7 +217,26 @@ class Verifier:
             level = "recomputed" if result.tool == "python" else "evidence_only"
         return Verdict(step_id=plan.step_id, accepted=True, checks=done, evidence=evidence, confidence=CONFIDENCE[level],
                        reason="passed " + ", ".join(c.name for c in done), next_action=NextAction.continue_,
-                       supersedes=supersedes)
+                       supersedes=supersedes, usage=usage)
+
+    def _independent(self, ctx: StepContext, done: list[Check]) -> tuple[Verdict | None, ModelUsage | None]:
+        """The Verifier's own program for the question: (a rejection when its value differs, the call's cost)."""
+        rc, called = self.recomputer.recompute(ctx.question)
+        usage = rc.usage if called else None
+        stdout = str((ctx.result.data or {}).get("stdout") or "")
+        lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+        mine = last_number(lines[-1]) if lines else None
+        if rc.value is None or mine is None or agree(rc.value, mine):
+            done.append(Check(name="independent", passed=True, detail=(rc.detail() + (
+                "; the same value" if rc.value is not None and mine is not None else "; nothing to compare"))[:500]))
+            return None, usage
+        theirs = rc.detail().removeprefix("an independent program printed ")
+        done.append(Check(name="independent", passed=False, detail=f"{rc.detail()}, the step {lines[-1][:80]}"[:500]))
+        return Verdict(step_id=ctx.plan.step_id, accepted=False, checks=done, failure_type=FailureType.recomputation,
+                       reason=(f"an independent program for the question printed {theirs}, this step printed "
+                               f"{lines[-1][:80]}: check each quantity's role and each operation, then compute again")[:600],
+                       confidence=CONFIDENCE["judge_rejected"], next_action=NextAction.replan, usage=usage,
+                       judge_independent=self.judge.independent), usage
 
     def verify_raw(self, plan: Any, result: Any, view: list[MemoryItem], question: str = "") -> Verdict:
         """Judge records that may be invalid (labeled cases): a record that fails its contract is a schema failure."""
