@@ -126,3 +126,10 @@ def test_it_runs_only_for_word_problems_with_a_model_and_when_enabled():
     assert "independent" not in [c.name for c in verdict.checks]
     assert _hybrid(OWN, **{"verifier.independent": False}).recomputer is None
     assert verifier().recomputer is None  # deterministic: no model, no recomputation
+
+
+def test_an_independent_program_that_fails_the_step_checks_is_no_witness():
+    negative = "```python\nadults = 5 * 13\nchildren = 8 * 7\nprint(adults + children - 3 * 50)\n```"  # change < 0
+    verdict = _hybrid(negative).verify(*_step("print(3 * 50 - 5 * 13 - 8 * 7)", "29\n"), [], CHANGE)
+    assert verdict.accepted, verdict.reason
+    assert "fails its own checks" in next(c for c in verdict.checks if c.name == "independent").detail

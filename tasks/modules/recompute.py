@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Callable
 
 from infra.models import build_backend
 from infra.models.base import ModelError
 from infra.runtime.settings import ModelConfig
-from tasks.checks.quantities import last_number, stated_quantities
+from tasks.checks.context import StepContext
+from tasks.checks.quantities import check_quantities, last_number, stated_quantities
 from tasks.checks.text import canonical_number
-from tasks.contracts import ModelUsage
+from tasks.contracts import ModelUsage, Plan, Result, ResultStatus
 
 RECOMPUTE_SYSTEM = ("You check a word problem by solving it yourself with one short Python program. Use only the "
                     "quantities the question states. Give each quantity a named variable, compute step by step, and "
@@ -90,7 +92,20 @@ class Recomputer:
         if status != "ok" or exit_code not in (0, None):
             return Recomputation(None, code, stdout, usage, f"the independent program failed ({status}, exit {exit_code})")
         lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
-        return Recomputation(last_number(lines[-1]) if lines else None, code, stdout, usage)
+        value = last_number(lines[-1]) if lines else None
+        unfit = _unfit(question, code, stdout) if value is not None else None
+        if unfit:  # the witness must pass the checks the step had to pass, or it proves nothing
+            return Recomputation(None, code, stdout, usage, f"the independent program fails its own checks: {unfit}")
+        return Recomputation(value, code, stdout, usage)
+
+
+def _unfit(question: str, code: str, stdout: str) -> str | None:
+    """Why the independent program is no witness (it ignores a quantity, prints a negative amount...), else None."""
+    plan = Plan(step_id=0, sub_goal="independent recomputation", tool="python", args={"code": code})
+    result = Result(step_id=0, tool="python", status=ResultStatus.ok, data={"stdout": stdout, "stderr": "", "exit_code": 0})
+    out = check_quantities(StepContext(plan=plan, result=result, card=None, view=[], as_of=datetime.now(timezone.utc),
+                                       question=question))
+    return out.check.detail if out.failure is not None else None
 
 
 _CACHE: dict[tuple[str, str], Recomputation] = {}
