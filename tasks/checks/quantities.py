@@ -74,7 +74,7 @@ def stated_quantities(question: str) -> list[tuple[str, list[set[str]]]]:
     return list(out.values())
 
 
-def _program_numbers(code: str) -> tuple[set[str], bool, bool]:
+def program_numbers(code: str) -> tuple[set[str], bool, bool]:
     """(numbers written in the program, canonical; whether it does arithmetic; whether a printed value is a bare
     literal: a number or numeric string handed straight to print)."""
     try:
@@ -129,7 +129,7 @@ def _memory_numbers(ctx: StepContext) -> tuple[set[str], set[str]]:
         if mc:
             stated |= {canonical_number(str(n)) for n in numbers_in(tokens(mc[0].value))}
         if item.provenance.tool == "python" and item.args:
-            written |= _program_numbers(str(item.args.get("code", "")))[0]
+            written |= program_numbers(str(item.args.get("code", "")))[0]
     return stated, written
 
 
@@ -144,7 +144,7 @@ def check_quantities(ctx: StepContext) -> Outcome:
         return passed(name, "n/a: the program prints no number")
     q = ctx.question
     code = str(ctx.plan.args.get("code", ""))
-    written, arithmetic, bare = _program_numbers(code)
+    written, arithmetic, bare = program_numbers(code)
     evidence, earlier = _memory_numbers(ctx)
     given = stated_quantities(q)
     shown = canonical_number(str(abs(value)))

@@ -10,12 +10,11 @@ the step and the question alone (see `error_category`); ``correct`` is the categ
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,8 @@ import pyarrow.parquet as pq
 from infra.runtime.storage import ResultStore
 from tasks.checks import explicit_claim, numbers_in, tokens
 from tasks.checks.context import derived_claim
+from tasks.checks.quantities import last_number, program_numbers, stated_quantities
+from tasks.checks.text import canonical_number
 from tasks.contracts import JudgedStep
 from tasks.eval.scorers import score_question
 
@@ -79,7 +80,7 @@ def _record_kind(record: dict[str, Any]) -> dict[str, Any]:
     """A record the scorers can dispatch on: a batch question carries no benchmark, so its gold decides."""
     if record.get("benchmark") or record.get("answer_type"):
         return record
-    return {**record, "answer_type": "number" if _number(str(record.get("answer") or "")) is not None else "text"}
+    return {**record, "answer_type": "number" if last_number(str(record.get("answer") or "")) is not None else "text"}
 
 
 def read_run(path: str | Path) -> list[JudgedRow]:
@@ -137,20 +138,6 @@ def step_value(step: JudgedStep) -> str | None:
     return claim.value if claim else None
 
 
-_SIGNED = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
-
-
-def _number(text: str) -> Decimal | None:
-    """The last number in `text`, with its sign (the checks' tokens drop it: -455 change is the error here)."""
-    found = _SIGNED.findall(text)
-    if not found:
-        return None
-    try:
-        return Decimal(found[-1].replace(",", ""))
-    except InvalidOperation:
-        return None
-
-
 def _solution_values(record: dict[str, Any]) -> set[Decimal]:
     """The values a worked solution passes through (GSM8K's <<a*b=c>> annotations and its stated numbers)."""
     text = str(record.get("solution") or "")
@@ -174,7 +161,7 @@ def label(row: JudgedRow) -> tuple[str | None, str]:
         return None, "accepted_on_a_correct_answer"
     if str(row.record.get("expected_status") or "answered") != "answered":
         return None, "question_expects_no_answer"
-    number = _number(value)
+    number = last_number(value)
     if number is not None and number >= 0 and number in _solution_values(row.record):
         return None, "intermediate_value"
     if row.step.plan.tool == "search" and _gold_lookup(row):
@@ -197,49 +184,21 @@ def _gold_lookup(row: JudgedRow) -> bool:
 # --------------------------------------------------------------------------- what the error is
 
 
-def _question_numbers(question: str) -> set[Decimal]:
-    return set(numbers_in(tokens(question)))
-
-
-def _program_numbers(code: str) -> set[Decimal]:
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return set()
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            try:
-                out.add(Decimal(repr(node.value)) if isinstance(node.value, float) else Decimal(node.value))
-            except InvalidOperation:
-                pass
-    return out
-
-
-def _has_arithmetic(code: str) -> bool:
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return False
-    return any(isinstance(n, (ast.BinOp, ast.AugAssign)) or
-               (isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("sum", "max", "min", "abs", "round"))
-               for n in ast.walk(tree))
-
-
 def error_category(row: JudgedRow) -> str:
     """Name the error of a step labeled reject, from the step and the question alone."""
     step, question = row.step, str(row.record.get("question") or "")
     tool = step.plan.tool
     if tool == "python":
-        value = _number(step_value(step) or "")
+        value = last_number(step_value(step) or "")
         code = str(step.plan.args.get("code") or "")
         if value is not None and (value < 0 and (_COUNT.search(question) or _AMOUNT.search(question))
                                   or value != value.to_integral_value() and _COUNT.search(question)):
             return "impossible_value"
-        stated, used = _question_numbers(question), _program_numbers(code)
-        if not _has_arithmetic(code) or (value is not None and not stated and value not in used):
+        given = stated_quantities(question)
+        used, arithmetic, _ = program_numbers(code)
+        if not arithmetic or (value is not None and not given and canonical_number(str(abs(value))) not in used):
             return "unsupported_number"
-        if stated - used - {Decimal(0), Decimal(1)}:
+        if any(not any(way <= used for way in ways) for _, ways in given):
             return "ignored_quantity"
         return "wrong_operation"
     if tool == "search":
