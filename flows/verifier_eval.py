@@ -60,7 +60,8 @@ def run_cases(cases: list[dict], settings, mode: str) -> list[CaseOutcome]:
         v = verifiers[as_of]
         t0 = time.perf_counter()
         try:
-            question = str(case.get("question") or "") if case.get("question_seen") else ""  # harvested: as in the loop
+            # the loop gives the Verifier the question; a case may hide it ("question_seen": false)
+            question = str(case.get("question") or "") if case.get("question_seen", True) else ""
             verdict = v.verify_raw(case["plan"], case["result"], memory_view(case, as_of_datetime(as_of)), question)
             predicted, ftype, reason = ("accept" if verdict.accepted else "reject"), \
                 (verdict.failure_type.value if verdict.failure_type else None), verdict.reason

@@ -133,3 +133,11 @@ def test_an_independent_program_that_fails_the_step_checks_is_no_witness():
     verdict = _hybrid(negative).verify(*_step("print(3 * 50 - 5 * 13 - 8 * 7)", "29\n"), [], CHANGE)
     assert verdict.accepted, verdict.reason
     assert "fails its own checks" in next(c for c in verdict.checks if c.name == "independent").detail
+
+
+def test_a_question_written_as_the_attribute_is_not_a_property():
+    text = "Virginia Woolf, born Adeline Virginia Stephen, was an English author."
+    p, r = search(passages=[passage(text=text, title="Virginia Woolf")],
+                  claim=claim(value="Virginia Woolf", subject="Virginia Woolf",
+                              attribute="Who was born earlier, Emma Bull or Virginia Woolf?"))
+    assert next(c for c in verifier().verify(p, r, []).checks if c.name == "attribute").detail.startswith("n/a")

@@ -57,6 +57,8 @@ def check_attribute(ctx: StepContext) -> Outcome:
     claim = ctx.claim
     if claim is None or not ctx.explicit or ctx.result.tool != "search" or not claim.attribute.strip():
         return passed(name, "n/a: no search claim naming a property")
+    if "?" in claim.attribute or len(claim.attribute.split()) > 4:  # a question or a sentence, not a property name
+        return passed(name, "n/a: the claim's attribute is not a property name")
     wanted = families(claim.attribute)
     if not wanted:
         return passed(name, f"n/a: {claim.attribute!r} is not a property this check knows")
