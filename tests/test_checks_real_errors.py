@@ -141,3 +141,26 @@ def test_a_question_written_as_the_attribute_is_not_a_property():
                   claim=claim(value="Virginia Woolf", subject="Virginia Woolf",
                               attribute="Who was born earlier, Emma Bull or Virginia Woolf?"))
     assert next(c for c in verifier().verify(p, r, []).checks if c.name == "attribute").detail.startswith("n/a")
+
+
+@pytest.mark.parametrize("code, stdout, question", [
+    ("maker = 'Kiamishal Filter'\nprint(maker)", "Kiamishal Filter\n", "Find the maker of Kiamishal Filter."),
+    ("revenue = 1000000 * 3 / 365\nprint(revenue / 365)", "22.51829611559392\n",
+     "What is the annual revenue per employee of Babre Dynamics in dollars?"),
+])
+def test_a_program_cannot_look_a_fact_up(code, stdout, question):
+    v = _run(code, stdout, question)
+    assert not v.accepted and v.failure_type is FailureType.unsupported, v.reason
+
+
+def test_a_program_may_restate_accepted_evidence():
+    from tasks.contracts import MemoryItem
+
+    found = MemoryItem(id="step-1", step_id=1, status="accepted", provenance={"tool": "search", "step_id": 1},
+                       content={"passages": [{"doc_id": "d1", "title": "Babre", "text": "Babre Dynamics employs 1,200 people "
+                                              "and reported revenue of 480 million dollars."}]})
+    p, r = python(code="print(480 * 1000000 / 1200)", stdout="400000.0\n", step_id=2)
+    assert verifier(rerun=FakeRerun("400000.0\n")).verify(p, r, [found], "What is the revenue per employee of Babre "
+                                                          "Dynamics in dollars?").accepted
+    p, r = python(code="print('1,200 people')", stdout="1,200 people\n", step_id=2)
+    assert verifier(rerun=FakeRerun("1,200 people\n")).verify(p, r, [found], "How many people does Babre employ?").accepted

@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 
 from tasks.checks.context import Outcome, StepContext, failed, passed
 from tasks.checks.statements import _memory_claim, _memory_texts
-from tasks.checks.text import canonical_number, numbers_in, tokens
+from tasks.checks.text import canonical_number, contains_value, numbers_in, tokens
 from tasks.contracts import FailureType, ResultStatus
 
 _SIGNED = re.compile(r"(?<![\w.])-?\d(?:[\d,]*\d)?(?:\.\d+)?(?![\w])|(?<![\w.])-?\.\d+")
@@ -100,6 +100,30 @@ def program_numbers(code: str) -> tuple[set[str], bool, bool]:
     return nums, arithmetic, bare
 
 
+_PASSIVE_CALLS = {"print", "str", "int", "float", "repr", "format"}
+
+
+def _computes_nothing(code: str) -> bool:
+    """A program that only writes values down: no arithmetic, no loop or branch, no call but print and casts."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.BinOp, ast.AugAssign, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.For, ast.While,
+                             ast.If, ast.IfExp, ast.comprehension, ast.Subscript, ast.Attribute, ast.Lambda)):
+            if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+                continue  # a negative literal
+            return False
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) not in _PASSIVE_CALLS:
+            return False
+    return True
+
+
+def _in_evidence(ctx: StepContext, text: str) -> bool:
+    return any(contains_value(t, text) for item in ctx.view for _, t, _, _ in _memory_texts(item))
+
+
 def used_singletons(given: list[tuple[str, list[set[str]]]]) -> set[str]:
     return {n for _, ways in given for way in ways if len(way) == 1 for n in way}
 
@@ -140,13 +164,24 @@ def check_quantities(ctx: StepContext) -> Outcome:
     stdout = str((ctx.result.data or {}).get("stdout") or "")
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
     value = last_number(lines[-1]) if lines else None
-    if value is None:
-        return passed(name, "n/a: the program prints no number")
     q = ctx.question
     code = str(ctx.plan.args.get("code", ""))
+    if lines and _computes_nothing(code) and not _in_evidence(ctx, lines[-1]) and (
+            value is None or not any({canonical_number(str(abs(value)))} in ways for _, ways in stated_quantities(q))):
+        return failed(name, f"the program computes nothing: it prints {lines[-1][:80]!r}, which no accepted evidence "
+                      "states", FailureType.unsupported,
+                      f"the program only writes down {lines[-1][:80]!r}; a program cannot look a fact up: find it with "
+                      "a tool that cites a source, then compute with it")
+    if value is None:
+        return passed(name, "n/a: the program prints no number")
     written, arithmetic, bare = program_numbers(code)
     evidence, earlier = _memory_numbers(ctx)
     given = stated_quantities(q)
+    if not given and not evidence and not earlier:
+        return failed(name, f"prints {canonical_number(str(value))}, but the question states no quantity and no evidence "
+                      "is accepted: every operand was made up", FailureType.unsupported,
+                      "the question gives no numbers to compute with; find the values with a tool that cites a source "
+                      "first, then compute with them")
     shown = canonical_number(str(abs(value)))
     # a. the printed number was computed from the question or the evidence, not written down
     if not arithmetic and bare and not any({shown} in ways for _, ways in given) and shown not in evidence:
