@@ -164,3 +164,10 @@ def test_a_program_may_restate_accepted_evidence():
                                                           "Dynamics in dollars?").accepted
     p, r = python(code="print('1,200 people')", stdout="1,200 people\n", step_id=2)
     assert verifier(rerun=FakeRerun("1,200 people\n")).verify(p, r, [found], "How many people does Babre employ?").accepted
+
+
+def test_how_to_round_is_not_a_quantity():
+    q = "Find the average of 5077, 7903 and 9662, rounded to two decimal places."
+    assert [raw for raw, _ in stated_quantities(q)] == ["5077", "7903", "9662"]
+    v = _run("numbers = [5077, 7903, 9662]\naverage = sum(numbers) / len(numbers)\nprint(f'{average:.2f}')", "7547.33\n", q)
+    assert v.accepted, v.reason

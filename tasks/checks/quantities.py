@@ -22,6 +22,7 @@ _WORDS = {"twice": "2", "double": "2", "doubled": "2", "triple": "3", "tripled":
           "fifty": "50", "hundred": "100"}
 _DENOMINATORS = {"half": "2", "halves": "2", "third": "3", "thirds": "3", "quarter": "4", "quarters": "4",
                  "fifth": "5", "fifths": "5", "tenth": "10", "tenths": "10"}
+_PRECISION = re.compile(r"\b(\w+)\s+(?:decimal places?|decimals|significant (?:figures|digits)|digits|places)\b")
 _FRACTION = re.compile(r"\b(?:(a|one|two|three|four|nine)[- ])?(half|halves|thirds?|quarters?|fifths?|tenths?)\b", re.I)
 # a negative value is an answer only to questions about these
 _SIGNED_TOPICS = re.compile(r"\b(temperature|degrees?|below zero|loss|lost|lose|deficit|debt|net|change in|"
@@ -60,6 +61,9 @@ def stated_quantities(question: str) -> list[tuple[str, list[set[str]]]]:
         ways = [{n}, {canonical_number(str(Decimal(n) / 100))}] if percent else [{n}]
         out.setdefault(n, (raw, ways))
     low = question.lower()
+    for m in _PRECISION.finditer(low):  # "to two decimal places": how to round, not a quantity to compute with
+        key = _WORDS.get(m.group(1), m.group(1))
+        out.pop(canonical_number(key) if key[0].isdigit() else key, None)
     fractions = set()
     for m in _FRACTION.finditer(low):
         den = _DENOMINATORS[m.group(2)]
@@ -68,8 +72,9 @@ def stated_quantities(question: str) -> list[tuple[str, list[set[str]]]]:
         ways = [{_fraction(num, den)}, {num, den} - {"1"}, {den}] if num == "1" else [{_fraction(num, den)}, {num, den}]
         out.setdefault(key, (m.group(0), ways))
         fractions.update(m.group(0).replace("-", " ").split())
+    precision = {m.group(1) for m in _PRECISION.finditer(low)}
     for word in re.findall(r"[a-z]+", low):
-        if word in _WORDS and word not in fractions:
+        if word in _WORDS and word not in fractions and word not in precision:
             out.setdefault(_WORDS[word], (word, [{_WORDS[word]}]))
     return list(out.values())
 
