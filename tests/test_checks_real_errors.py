@@ -171,3 +171,8 @@ def test_how_to_round_is_not_a_quantity():
     assert [raw for raw, _ in stated_quantities(q)] == ["5077", "7903", "9662"]
     v = _run("numbers = [5077, 7903, 9662]\naverage = sum(numbers) / len(numbers)\nprint(f'{average:.2f}')", "7547.33\n", q)
     assert v.accepted, v.reason
+
+
+def test_a_question_that_states_only_zero_or_one_still_states_numbers():
+    v = _run("print(1 * 1)", "1\n", "Run: print(1 * 1)")
+    assert v.accepted, v.reason
