@@ -19,7 +19,7 @@ export AGENTFLOW_DATASETS ?= $(abspath $(CURDIR)/../shared/datasets)
 DEMO_WORLD ?= runs/demo-world
 DEMO_QUESTIONS ?= 6
 
-.PHONY: env models run test test-fast bench bench-train clean
+.PHONY: env models run test test-fast bench bench-train tables clean
 
 $(VENV)/.ready: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -52,6 +52,12 @@ BENCH_TRAIN_STEPS ?= 20
 BENCH_TRAIN_ARGS ?=
 bench-train: models
 	$(BIN)/python -m flows.bench.train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) $(BENCH_TRAIN_ARGS)
+
+# The headline tables (docs/results.md; not part of `make test`): direct / monolithic / modular / modular-nomem on one
+# benchmark's first 50 questions, per seed, records in bench/tables that pool across sessions (flows/bench/tables.py).
+TABLES_ARGS ?= --benchmark gsm8k --seeds 0
+tables: models
+	$(BIN)/python -m flows.bench.tables run $(TABLES_ARGS)
 
 PREFECT_PORT ?= 4200
 .PHONY: serve
