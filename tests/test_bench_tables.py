@@ -12,14 +12,15 @@ from tests.scripted import answer, plan
 SYSTEMS = tables.SYSTEMS
 
 
-def _record(system: str, seed: int, outcomes: dict[str, bool], settings_sha: str = "s", questions_sha: str = "q"):
+def _record(system: str, seed: int, outcomes: dict[str, bool], settings_sha: str = "s", questions_sha: str = "q",
+            code_sha: str = "c"):
     rows = [{"question_id": q, "correct": c, "score": float(c), "tokens_total": 100, "latency_s": 1.0,
              "stop_reason": "answered", "status": "answered", "iterations": 1, "verifier_calls": 1,
              "verifier_rejections": 0, "attribution_module": None if c else "planner", "attribution_cause": None}
             for q, c in outcomes.items()]
     return {"benchmark": "gsm8k", "system": system, "seed": seed, "commits": ["abc"], "rows": rows,
             "fingerprint": {"benchmark": "gsm8k", "questions_sha256": questions_sha, "settings_sha256": settings_sha,
-                            "models": {"planner": "qwen2.5-coder-0.5b"}}}
+                            "code_sha256": code_sha, "models": {"planner": "qwen2.5-coder-0.5b"}}}
 
 
 def _write(root: Path, record: dict) -> Path:
@@ -64,6 +65,9 @@ def test_pool_refuses_records_that_measure_different_things(tmp_path):
     _write(root, _record("modular", 0, {"q1": True}, questions_sha="other"))
     with pytest.raises(TablesError, match="different question files"):
         pool(root, None)
+    _write(root, _record("modular", 0, {"q1": True}, code_sha="edited"))
+    with pytest.raises(TablesError, match="different code"):
+        pool(root, None)
     (root / "gsm8k" / "modular.seed0.json").write_text("{not json")
     with pytest.raises(TablesError, match="not a table record"):
         pool(root, None)
@@ -87,6 +91,24 @@ def test_write_doc_replaces_only_the_marked_section(tmp_path):
     with pytest.raises(TablesError, match="markers"):
         write_doc(doc, "x")
     assert doc.read_text() == "no markers"  # nothing lost
+
+
+def test_code_hash_covers_the_behaviour_code_only(tmp_path):
+    for rel in ("tasks/modules/planner.py", "infra/runtime/settings.py", "flows/research.py", "flows/bench/suite.py",
+                "infra/runtime/events.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    for d in ("infra/models", "infra/tools", "infra/data"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "flows/systems.py").write_text("")
+    (tmp_path / "flows/evaluate.py").write_text("")
+    before = tables.code_sha256(tmp_path)
+    (tmp_path / "flows/bench/suite.py").write_text("x = 2\n")  # a benchmark script: not behaviour
+    (tmp_path / "infra/runtime/events.py").write_text("x = 2\n")  # logging: not behaviour
+    assert tables.code_sha256(tmp_path) == before
+    (tmp_path / "tasks/modules/planner.py").write_text("x = 2\n")
+    assert tables.code_sha256(tmp_path) != before
+    assert len(tables.code_sha256()) == 64  # the project's own tree
 
 
 def test_record_refuses_what_is_not_an_evaluation(tmp_path):
@@ -121,6 +143,7 @@ def test_run_records_pools_and_resumes_in_two_worker_processes(tmp_path, monkeyp
     rec = json.loads((records / "world" / "modular.seed0.json").read_text())
     assert [r["question_id"] for r in rec["rows"]] == ["world-test-00001", "world-test-00002"]
     assert set(rec["rows"][0]) == {*tables.RECORD_FIELDS, "commit"}
+    assert rec["fingerprint"]["code_sha256"] == tables.code_sha256()
     assert "question" not in rec["rows"][0] and "gold" not in rec["rows"][0]  # no dataset text
     assert BEGIN in doc.read_text() and "Synthetic world" in doc.read_text()
     before = {p.name: json.loads(p.read_text())["rows"] for p in (records / "world").glob("*.json")}

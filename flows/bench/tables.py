@@ -100,7 +100,9 @@ def record_run(run_dir: str | Path, records: str | Path) -> list[Path]:
     parts = sorted((run / "parts" / "results").glob("*.parquet"))
     if not parts:
         raise TablesError(f"{run}: no finished question yet (parts/results is empty)")
-    meta = json.loads((run / "tables.json").read_text()) if (run / "tables.json").is_file() else {}
+    if not (run / "tables.json").is_file():
+        raise TablesError(f"{run}: no tables.json (the code it ran); record runs made by `python -m flows.bench.tables run`")
+    meta = json.loads((run / "tables.json").read_text())
     grouped: dict[tuple[str, int], list[dict]] = {}
     for part in parts:
         for row in pq.read_table(part).to_pylist():
@@ -113,6 +115,7 @@ def record_run(run_dir: str | Path, records: str | Path) -> list[Path]:
         settings = yaml.safe_load(settings_file.read_text())
         fingerprint = {"benchmark": benchmark, "questions_sha256": files.get("questions.jsonl"),
                        "settings_sha256": _sha(comparable_settings(settings, files.get("corpus.jsonl"))),
+                       "code_sha256": meta.get("code_sha256"),
                        "models": _models(settings)}
         new = [{k: _plain(row.get(k)) for k in RECORD_FIELDS} | {"commit": meta.get("commit")} for row in rows]
         written.append(_merge(Path(records) / benchmark / f"{system}.seed{seed}.json",
@@ -173,9 +176,11 @@ def load_records(records: str | Path) -> dict[str, list[dict[str, Any]]]:
         record["_path"] = str(path)
         by_bench.setdefault(record["benchmark"], []).append(record)
     for bench, recs in by_bench.items():
-        questions = {r["fingerprint"]["questions_sha256"] for r in recs}
-        if len(questions) > 1:
-            raise TablesError(f"{bench}: records of different question files: {', '.join(r['_path'] for r in recs)}")
+        for key, what in (("questions_sha256", "question files"),
+                          ("code_sha256", "code (a file of flows.bench.tables.BEHAVIOUR_CODE changed between them)")):
+            if len({r["fingerprint"].get(key) for r in recs}) > 1:
+                raise TablesError(f"{bench}: records of different {what}; they do not pool: "
+                                  f"{', '.join(r['_path'] for r in recs)}")
         for system in {r["system"] for r in recs}:
             own = [r for r in recs if r["system"] == system]
             if len({r["fingerprint"]["settings_sha256"] for r in own}) > 1:
@@ -268,6 +273,24 @@ def write_doc(doc: Path, tables: str) -> None:
 # --------------------------------------------------------------------------- run
 
 
+# The source a table's numbers depend on: the loop, the modules, checks and scorers, the models, tools and data
+# adapters, the settings' defaults and the evaluation of one unit. Records of different code do not pool.
+BEHAVIOUR_CODE = ["tasks", "infra/models", "infra/tools", "infra/data", "infra/runtime/settings.py", "flows/research.py",
+                  "flows/systems.py", "flows/evaluate.py"]
+
+
+def code_sha256(root: str | Path | None = None) -> str:
+    """sha256 over the behaviour code's .py files (relative path and bytes, in path order)."""
+    top = Path(root) if root else Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for entry in BEHAVIOUR_CODE:
+        path = top / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for f in files:
+            digest.update(str(f.relative_to(top)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def _commit() -> dict[str, Any]:
     here = Path(__file__).resolve().parent
     try:
@@ -275,9 +298,9 @@ def _commit() -> dict[str, Any]:
                              check=True).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                                     text=True, timeout=10, cwd=here).stdout.strip())
-        return {"commit": sha + ("-dirty" if dirty else ""), "dirty": dirty}
+        return {"commit": sha + ("-dirty" if dirty else ""), "dirty": dirty, "code_sha256": code_sha256()}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        return {"commit": None, "dirty": None, "code_sha256": code_sha256()}
 
 
 def prepare_data(benchmark: str, datasets: str | None, out: Path) -> Path:
