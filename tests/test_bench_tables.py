@@ -105,6 +105,8 @@ def test_code_hash_covers_the_behaviour_code_only(tmp_path):
     before = tables.code_sha256(tmp_path)
     (tmp_path / "flows/bench/suite.py").write_text("x = 2\n")  # a benchmark script: not behaviour
     (tmp_path / "infra/runtime/events.py").write_text("x = 2\n")  # logging: not behaviour
+    (tmp_path / "tasks/eval").mkdir()
+    (tmp_path / "tasks/eval/harvest.py").write_text("x = 2\n")  # the Verifier's case harvest: no system runs it
     assert tables.code_sha256(tmp_path) == before
     (tmp_path / "tasks/modules/planner.py").write_text("x = 2\n")
     assert tables.code_sha256(tmp_path) != before

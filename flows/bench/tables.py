@@ -274,9 +274,11 @@ def write_doc(doc: Path, tables: str) -> None:
 
 
 # The source a table's numbers depend on: the loop, the modules, checks and scorers, the models, tools and data
-# adapters, the settings' defaults and the evaluation of one unit. Records of different code do not pool.
+# adapters, the settings' defaults and the evaluation of one unit. Records of different code do not pool. Left out:
+# what no evaluated system runs (training, the Verifier's labeled-case builders and harvest).
 BEHAVIOUR_CODE = ["tasks", "infra/models", "infra/tools", "infra/data", "infra/runtime/settings.py", "flows/research.py",
                   "flows/systems.py", "flows/evaluate.py"]
+NOT_BEHAVIOUR = ["tasks/learn", "tasks/eval/harvest.py", "tasks/eval/verifier_cases.py", "tasks/eval/verifier_seeds.py"]
 
 
 def code_sha256(root: str | Path | None = None) -> str:
@@ -287,6 +289,9 @@ def code_sha256(root: str | Path | None = None) -> str:
         path = top / entry
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
         for f in files:
+            rel = f.relative_to(top).as_posix()
+            if any(rel == x or rel.startswith(x + "/") for x in NOT_BEHAVIOUR):
+                continue
             digest.update(str(f.relative_to(top)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()
 
