@@ -31,6 +31,7 @@ class CaseOutcome:
     model_calls: int
     confidence: float
     tokens: int = 0  # model tokens (judge or independent program) spent on this case
+    verdict_in_run: str | None = None  # a harvested case: what the run's own Verifier said of the step
 
 
 def memory_view(case: dict, as_of: datetime) -> list:
@@ -70,7 +71,7 @@ def run_cases(cases: list[dict], settings, mode: str) -> list[CaseOutcome]:
         except Exception as exc:  # a crash is a verdict nobody can use: counted as a reject, reported
             predicted, ftype, reason, calls, conf, tokens = "reject", "error", f"{type(exc).__name__}: {exc}", 0, 0.0, 0
         outcomes.append(CaseOutcome(case["id"], case["category"], case["label"], predicted, ftype, reason[:300],
-                                    (time.perf_counter() - t0) * 1000, calls, conf, tokens))
+                                    (time.perf_counter() - t0) * 1000, calls, conf, tokens, case.get("verdict_in_run")))
     return outcomes
 
 
@@ -98,6 +99,9 @@ def summarize(outcomes: list[CaseOutcome], mode: str = "") -> dict:
         "verifier": mode,
         "overall": block(outcomes),
         "per_category": {c: block([o for o in outcomes if o.category == c]) for c in cats},
+        # harvested cases: errors the run's Verifier let through vs those it caught (see tasks/eval/harvest.py)
+        "per_verdict_in_run": {v: block([o for o in outcomes if o.verdict_in_run == v]) for v in ("accept", "reject")
+                               if any(o.verdict_in_run == v for o in outcomes)},
         "mean_latency_ms": round(sum(o.latency_ms for o in outcomes) / n, 2) if n else None,
         "model_calls_per_case": round(sum(o.model_calls for o in outcomes) / n, 4) if n else None,
         "model_tokens_per_case": round(sum(o.tokens for o in outcomes) / n, 1) if n else None,
@@ -112,6 +116,7 @@ def report_tables(report: dict) -> list[Table]:
                 "top failure types"):
         t.add_column(col, justify="left" if col in ("category", "top failure types") else "right")
     rows = list(report["per_category"].items()) + [("overall", report["overall"])]
+    rows += [(f"  {v}ed in its run", b) for v, b in report.get("per_verdict_in_run", {}).items()]
     def fmt(rate: float | None, ci: list | tuple | None) -> str:
         return "-" if rate is None else f"{rate:.1%}" + (f" ({ci[0]:.0%}-{ci[1]:.0%})" if ci else "")
 

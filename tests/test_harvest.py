@@ -98,6 +98,11 @@ def test_labels_follow_the_gold_not_the_verdict():
     assert label(row("10000", accepted=True, correct=False, code="print('Sella', 10000)")) == \
         ("reject", "unsupported_number")
     assert error_category(row("95", True, False, code="print(27 + 2 * 27 + 14)")) == "ignored_quantity"
+    # with_rejected: an error the run's Verifier caught is labeled by the same value rule
+    assert label(row("42", accepted=False, correct=False, code="print(27 + 2 * 15 - 15)"), with_rejected=True) == \
+        ("reject", "wrong_operation")
+    assert label(row("54", accepted=False, correct=False), with_rejected=True) == (None, "intermediate_value")
+    assert label(row("41", accepted=False, correct=True), with_rejected=True) == (None, "rejected_on_a_correct_answer")
 
 
 def test_a_batch_run_is_harvested_too(prefect_harness, tmp_path):
@@ -126,6 +131,16 @@ def test_harvest_cli_writes_cases_that_verifier_eval_runs(eval_dir, tmp_path):
     summary = json.loads(report.read_text())
     assert summary["overall"]["cases"] == len(cases)
     assert summary["per_category"]["correct"]["false_reject_ci95"] is not None
+    in_run = summary["per_verdict_in_run"]
+    assert sum(b["cases"] for b in in_run.values()) == len(cases)
+    # with --with-rejected every error of the runs is a case; the run's own (deterministic) Verifier then accepts
+    # exactly the reject cases it accepted in its run
+    both = tmp_path / "all.jsonl"
+    r = CliRunner().invoke(app, ["verifier-eval", "harvest", str(eval_dir), "--out", str(both), "--with-rejected"])
+    assert r.exit_code == 0, r.output
+    every = [json.loads(line) for line in both.read_text().splitlines()]
+    assert len(every) >= len(cases) and {c["id"].split("-", 1)[1] for c in cases} <= {c["id"].split("-", 1)[1] for c in every}
+    assert any(c["label"] == "reject" for c in every)  # the KM program: its run accepted or rejected it, a case either way
 
 
 def test_harvest_cli_refuses_bad_input_and_keeps_what_was_written(tmp_path):

@@ -58,6 +58,8 @@ def harvest_cmd(
     runs: list[Path] = typer.Argument(..., help="Evaluation directories (`agentflow eval --out`) or batch run "
                                       "directories (<batch --out>/<run id>), with gold answers."),
     out: Path = typer.Option(..., "--out", help="Where the labeled cases go (JSONL, one case a line)."),
+    with_rejected: bool = typer.Option(False, "--with-rejected", help="Label the steps the run's Verifier rejected "
+                                       "too (same value rule): every error the runs made, not only those let through."),
 ) -> None:
     """Label every step a Verifier judged in real runs: the gold value -> accept; accepted on a wrong answer and
     not the gold (nor an intermediate of its solution) -> reject, named by its error; the rest left out, counted."""
@@ -68,7 +70,7 @@ def harvest_cmd(
         if not run.is_dir():
             fail(f"run directory {str(run)!r} does not exist")
     try:
-        got = harvest(runs)
+        got = harvest(runs, with_rejected=with_rejected)
     except HarvestError as exc:
         fail(str(exc))
     if not got.cases:

@@ -4,7 +4,13 @@ labeled by whether its value leads to the gold answer, and named by the error it
 Labels: a step whose value is the gold answer: ``accept``. A step accepted into memory on a question answered
 wrongly, whose value is neither the gold nor a value the gold's own solution passes through: ``reject``.
 Everything else is ambiguous (an intermediate value, a step with no value, a rejected step that is not the
-gold...): left out and counted by reason, never guessed. The categories of the rejects describe the error from
+gold...): left out and counted by reason, never guessed.
+
+``with_rejected``: steps the run's own Verifier rejected are labeled by the same value rule (on a wrongly answered
+question, neither the gold nor an intermediate of its solution: reject). Without it the reject cases are only the
+errors the run's Verifier let through, so a set harvested from runs of the Verifier under test shows it 100 % false
+accepts by construction; with it they are every error the runs made, and a Verifier's false-accept rate on them is
+its rate where the errors happen. Each case keeps ``verdict_in_run``. The categories of the rejects describe the error from
 the step and the question alone (see `error_category`); ``correct`` is the category of every accept.
 """
 
@@ -148,17 +154,17 @@ def _world_path_entities(record: dict[str, Any]) -> set[str]:
     return {str(hop.get("entity")).lower() for hop in record.get("gold_path") or [] if hop.get("entity")}
 
 
-def label(row: JudgedRow) -> tuple[str | None, str]:
+def label(row: JudgedRow, with_rejected: bool = False) -> tuple[str | None, str]:
     """(label, category) for a step that can be labeled, else (None, the reason it is left out)."""
     value = step_value(row.step)
     if value is None:
         return None, "no_value"
     if score_question(row.record, value).correct:
         return "accept", "correct"
-    if not row.step.verdict.accepted:
+    if not row.step.verdict.accepted and not with_rejected:
         return None, "rejected_not_gold"
     if row.answered_correctly:
-        return None, "accepted_on_a_correct_answer"
+        return None, ("accepted" if row.step.verdict.accepted else "rejected") + "_on_a_correct_answer"
     if str(row.record.get("expected_status") or "answered") != "answered":
         return None, "question_expects_no_answer"
     number = last_number(value)
@@ -249,13 +255,13 @@ def case_of(row: JudgedRow, lab: str, category: str, index: int) -> dict[str, An
     }
 
 
-def harvest(paths: list[str | Path]) -> Harvest:
+def harvest(paths: list[str | Path], with_rejected: bool = False) -> Harvest:
     """Read every run, label every judged step; cases in run, question and step order."""
     out = Harvest()
     for path in paths:
         for row in read_run(path):
             out.steps += 1
-            lab, category = label(row)
+            lab, category = label(row, with_rejected)
             if lab is None:
                 out.left_out[category] += 1
             else:
