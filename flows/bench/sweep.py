@@ -1,0 +1,219 @@
+"""The Flow-GRPO pilot (#22): short training runs over a grid, to see whether the policy moves before a claim is spent.
+
+Every configuration of the grid (the product of the ``--grid KEY=V1,V2`` options over the base ``--set`` options)
+trains the Planner for ``--steps`` steps on the world's train split (generated, seed 0), validating on the
+test split (seed 1) every ``train.eval_every`` steps. Each run keeps its own directory ``<out>/<slug>``, so a
+re-run resumes from the last checkpoint and a finished configuration is not trained again.
+
+Per configuration and step the sweep reports what says whether learning happens: mean reward, the share of
+groups with signal (not all rewards equal), KL to the reference, the reward's parts (correct, safe stop, tool
+cost, malformed plans: evaluator overfitting shows as parts that move without `correct`), held-out accuracy,
+seconds, tokens and peak RSS. The chosen configuration is picked by the **train-split curve only** (mean reward
+over the second half of the steps; ties: more groups with signal); held-out accuracy is reported, never used to
+choose. ``<out>/sweep.json`` holds it all; the table goes between the markers of ``--doc``.
+
+    python -m flows.bench.sweep --out bench-sweep --steps 8 \\
+        --grid train.learning_rate=1e-5,1e-4,3e-4 --grid train.lora.r=8,16
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BEGIN, END = "<!-- sweep:begin (written by python -m flows.bench.sweep) -->", "<!-- sweep:end -->"
+PARTS = ("correct", "safe_stop", "tool_cost", "malformed_plan")  # tasks/learn/reward.py RewardBreakdown
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run as asked; the message says why."""
+
+
+def parse_grid(options: list[str]) -> list[dict[str, Any]]:
+    """['a=1,2', 'b=x'] -> [{'a': 1, 'b': 'x'}, {'a': 2, 'b': 'x'}] (numbers, then YAML scalars)."""
+    axes = []
+    for opt in options:
+        key, sep, values = opt.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise SweepError(f"--grid {opt!r}: write it as section.key=value1,value2")
+        axes.append([(key.strip(), _scalar(v)) for v in values.split(",") if v.strip()])
+    return [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+
+
+def _scalar(text: str) -> Any:
+    """'1e-5' -> 1e-05 (YAML 1.1 reads it as a string), '8' -> 8, 'true' -> True, else the YAML scalar."""
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return yaml.safe_load(text)
+
+
+def slug(config: dict[str, Any]) -> str:
+    """A directory name for one configuration: 'learning_rate=0.0001,r=8'; 'base' for the empty grid."""
+    return ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in config.items()) or "base"
+
+
+def _read(folder: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return [r for f in sorted(folder.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def curve(run_dir: Path) -> list[dict[str, Any]]:
+    """One row per step of a finished or interrupted training run: the metrics and the reward's mean parts."""
+    parts: dict[int, dict[str, list[float]]] = {}
+    for r in _read(run_dir / "rollouts"):
+        terms = json.loads(r.get("reward_terms") or "{}")
+        for name in PARTS:
+            parts.setdefault(int(r["step"]), {p: [] for p in PARTS})[name].append(float(terms.get(name) or 0.0))
+    rows = []
+    for m in sorted(_read(run_dir / "metrics"), key=lambda r: r["step"]):
+        step = int(m["step"])
+        groups = int(m.get("groups") or 0)
+        p = parts.get(step) or {}
+        rows.append({"step": step, "mean_reward": m["mean_reward"], "accuracy": m["accuracy"],
+                     "signal_share": (1 - int(m.get("zero_signal_groups") or 0) / groups) if groups else None,
+                     "kl": m["kl"], "val_accuracy": m.get("val_accuracy"), "wall_s": m["wall_s"],
+                     "rollout_s": m["rollout_s"], "update_s": m["update_s"], "update_tokens": m["update_tokens"],
+                     "rss_mb": m["rss_mb"],
+                     "reward_parts": {k: (sum(v) / len(v) if v else None) for k, v in p.items()}})
+    return rows
+
+
+def train_score(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """How a configuration is chosen, from the train split only: mean reward over the second half of its steps,
+    then the share of groups with signal over the same steps."""
+    tail = rows[len(rows) // 2:] or rows
+    if not tail:
+        return float("-inf"), float("-inf")
+    signal = [r["signal_share"] for r in tail if r["signal_share"] is not None]
+    return (sum(r["mean_reward"] for r in tail) / len(tail), sum(signal) / len(signal) if signal else 0.0)
+
+
+def summarize_run(name: str, config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    vals = [r["val_accuracy"] for r in rows if r["val_accuracy"] is not None]
+    n = len(rows)
+    return {"name": name, "config": config, "steps": n, "curve": rows,
+            "train_score": list(train_score(rows)),
+            "first_reward": rows[0]["mean_reward"] if rows else None,
+            "last_reward": rows[-1]["mean_reward"] if rows else None,
+            "max_kl": max((r["kl"] or 0.0) for r in rows) if rows else None,
+            "val_accuracy": vals,
+            "s_per_step": sum(r["wall_s"] for r in rows) / n if n else None,
+            "tokens_per_step": sum(r["update_tokens"] for r in rows) / n if n else None,
+            "peak_rss_mb": max(r["rss_mb"] for r in rows) if rows else None}
+
+
+def choose(runs: list[dict[str, Any]]) -> str | None:
+    finished = [r for r in runs if r["steps"]]
+    return max(finished, key=lambda r: tuple(r["train_score"]))["name"] if finished else None
+
+
+def render(report: dict[str, Any]) -> str:
+    head = ("| configuration | steps | reward first -> last | train score (2nd half) | groups with signal | max KL | "
+            "held-out accuracy | s/step | tokens/step | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in report["runs"]:
+        mark = " **(chosen)**" if r["name"] == report["chosen"] else ""
+        val = ", ".join(f"{v:.2f}" for v in r["val_accuracy"]) or "-"
+        f = (lambda v, p=3: "-" if v is None else f"{v:.{p}f}")
+        lines.append(f"| `{r['name']}`{mark} | {r['steps']} | {f(r['first_reward'])} -> {f(r['last_reward'])} | "
+                     f"{f(r['train_score'][0])} | {f(r['train_score'][1], 2)} | {f(r['max_kl'], 5)} | {val} | "
+                     f"{f(r['s_per_step'], 0)} | {f(r['tokens_per_step'], 0)} | {f(r['peak_rss_mb'], 0)} |")
+    lines.append(f"\nBase: {', '.join(report['base']) or 'the defaults'}; world train split {report['train_questions']} "
+                 f"questions (seed 0), held-out test split {report['val_questions']} (seed 1). "
+                 "Chosen by the train-split curve only.")
+    return "\n".join(lines)
+
+
+def write_doc(doc: Path, text: str) -> None:
+    """Replace the marked section of `doc`; without the markers nothing is written."""
+    body = doc.read_text() if doc.is_file() else ""
+    if BEGIN not in body or END not in body:
+        raise SweepError(f"{doc}: the markers {BEGIN!r} and {END!r} are missing; nothing written")
+    head, rest = body.split(BEGIN, 1)
+    doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+
+
+def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[Path, Path]:
+    from infra.data.world import generate_world, write_world
+
+    train, val = out / "world-train", out / "world-test"
+    if not (train / "questions.jsonl").is_file():
+        write_world(generate_world(seed=0, n_questions=train_questions, split="train"), train)
+    if not (val / "questions.jsonl").is_file():
+        write_world(generate_world(seed=1, n_questions=val_questions, split="test"), val)
+    return train, val
+
+
+def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, train_questions: int = 40,
+          val_questions: int = 16, config: str | None = None, doc: str | Path | None = None) -> dict[str, Any]:
+    from flows.train import run_training
+    from infra.runtime.settings import ConfigError, load_settings
+
+    root = Path(out)
+    configs = parse_grid(grid)
+    root.mkdir(parents=True, exist_ok=True)
+    train, val = world_splits(root, train_questions, val_questions)
+    fixed = [f"train.train_questions={train}", f"train.val_questions={val}", f"train.steps={steps}"]
+    settings_of = {}
+    for cfg in configs:  # every configuration is checked before the first one trains
+        try:
+            settings_of[slug(cfg)] = load_settings(config, [*base, *fixed, *(f"{k}={v}" for k, v in cfg.items())])
+        except ConfigError as exc:
+            raise SweepError(f"{slug(cfg)}: {exc}") from None
+    runs = []
+    for cfg in configs:
+        name = slug(cfg)
+        run_dir = root / name
+        done = len(_read(run_dir / "metrics")) if run_dir.is_dir() else 0
+        if done < steps:
+            run_training(settings_of[name], str(run_dir), resume=(run_dir / "checkpoints" / "latest.json").is_file(),
+                         log_dir=str(root / "logs"))
+        runs.append(summarize_run(name, cfg, curve(run_dir)))
+    report = {"base": base, "grid": grid, "steps": steps, "train_questions": train_questions,
+              "val_questions": val_questions, "runs": runs, "chosen": choose(runs),
+              "chosen_by": "train split: mean reward over the second half of the steps, then groups with signal"}
+    (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    if doc is not None:
+        write_doc(Path(doc), render(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flows.bench.sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="bench-sweep")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--grid", action="append", default=[], help="section.key=v1,v2 (repeatable: the product)")
+    p.add_argument("--set", dest="base", action="append", default=[], help="a fixed override for every run")
+    p.add_argument("--config", default=None, help="a base configuration file (YAML/JSON)")
+    p.add_argument("--train-questions", type=int, default=40)
+    p.add_argument("--val-questions", type=int, default=16)
+    p.add_argument("--doc", default=None, help="write the table between the sweep markers of this file")
+    a = p.parse_args(argv)
+    if a.steps < 1 or a.train_questions < 1 or a.val_questions < 1:
+        print("error: --steps, --train-questions and --val-questions must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        report = sweep(a.out, a.grid, a.base, a.steps, train_questions=a.train_questions,
+                       val_questions=a.val_questions, config=a.config, doc=a.doc)
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

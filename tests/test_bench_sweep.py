@@ -1,0 +1,85 @@
+"""The Flow-GRPO pilot sweep: the grid, one short real training run per configuration (tiny policy), the curve with
+the reward's parts, the choice by the train split only, resuming, the doc section, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from flows.bench import sweep as sw  # noqa: E402
+from infra.models import clear_backend_cache  # noqa: E402
+from infra.runtime.settings import ModelConfig  # noqa: E402
+from tests.scripted import answer  # noqa: E402
+from tests.tiny_policy import write_tiny_model  # noqa: E402
+
+
+def test_grid_is_the_product_and_bad_axes_are_refused():
+    got = sw.parse_grid(["train.learning_rate=1e-5,3e-4", "train.lora.r=8"])
+    assert got == [{"train.learning_rate": 1e-5, "train.lora.r": 8}, {"train.learning_rate": 3e-4, "train.lora.r": 8}]
+    assert [sw.slug(c) for c in got] == ["learning_rate=1e-05,r=8", "learning_rate=0.0003,r=8"]
+    assert sw.parse_grid([]) == [{}] and sw.slug({}) == "base"
+    with pytest.raises(sw.SweepError, match="section.key=value1,value2"):
+        sw.parse_grid(["train.learning_rate"])
+
+
+def _row(step, reward, zero=0, groups=2):
+    return {"step": step, "mean_reward": reward, "signal_share": 1 - zero / groups}
+
+
+def test_choice_uses_the_second_half_of_the_train_curve_only():
+    a = sw.summarize_run("a", {}, [{**_row(1, 0.9), "kl": 0, "val_accuracy": 1.0, "wall_s": 1, "update_tokens": 1,
+                                    "rss_mb": 1}, {**_row(2, 0.1), "kl": 0, "val_accuracy": None, "wall_s": 1,
+                                                   "update_tokens": 1, "rss_mb": 1}])
+    b = sw.summarize_run("b", {}, [{**_row(1, 0.0), "kl": 0, "val_accuracy": 0.0, "wall_s": 1, "update_tokens": 1,
+                                    "rss_mb": 1}, {**_row(2, 0.5), "kl": 0, "val_accuracy": None, "wall_s": 1,
+                                                   "update_tokens": 1, "rss_mb": 1}])
+    assert sw.choose([a, b]) == "b"  # a's better start and better held-out accuracy do not count
+    tie = sw.summarize_run("c", {}, [{**_row(1, 0.0, zero=2), "kl": 0, "val_accuracy": None, "wall_s": 1,
+                                      "update_tokens": 1, "rss_mb": 1},
+                                     {**_row(2, 0.5, zero=2), "kl": 0, "val_accuracy": None, "wall_s": 1,
+                                      "update_tokens": 1, "rss_mb": 1}])
+    assert sw.choose([tie, b]) == "b"  # same reward, more groups with signal
+    assert sw.choose([]) is None
+
+
+def test_a_sweep_trains_each_configuration_reports_and_resumes(tmp_path):
+    tiny = write_tiny_model(tmp_path / "tiny")
+    base = [f"train.base_model={tiny}", "train.workers=0", "train.questions_per_step=1", "train.group_size=2",
+            "train.eval_every=1", "train.eval_questions=1", "train.checkpoint_every=1", "budget.max_steps=2",
+            "models.planner.max_input_tokens=8192", "models.planner.max_tokens=16", "tools.allow=[python,search]",
+            "tools.python.sandbox=process"]
+    generator = ModelConfig(backend="scripted", model="g", script=[answer("42", 1)]).model_dump()
+    cfg = tmp_path / "base.json"
+    cfg.write_text(json.dumps({"models": {"generator": generator}}))
+    doc = tmp_path / "training.md"
+    doc.write_text(f"# Training\n\n{sw.BEGIN}\n{sw.END}\n\nafter\n")
+    clear_backend_cache()
+    report = sw.sweep(tmp_path / "sweep", ["train.learning_rate=1e-4,3e-4"], base, 2, train_questions=3,
+                      val_questions=2, config=str(cfg), doc=doc)
+    assert [r["name"] for r in report["runs"]] == ["learning_rate=0.0001", "learning_rate=0.0003"]
+    run = report["runs"][0]
+    assert run["steps"] == 2 and [r["step"] for r in run["curve"]] == [1, 2]
+    first = run["curve"][0]
+    assert set(first["reward_parts"]) == set(sw.PARTS) and first["signal_share"] is not None
+    assert first["val_accuracy"] is not None and run["s_per_step"] > 0 and run["peak_rss_mb"] > 0
+    assert report["chosen"] in {"learning_rate=0.0001", "learning_rate=0.0003"}
+    text = doc.read_text()
+    assert "**(chosen)**" in text and text.endswith("\n\nafter\n") and "Chosen by the train-split curve only" in text
+    assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["chosen"] == report["chosen"]
+    # again: every configuration is done, nothing trains, the same curves come back
+    before = (tmp_path / "sweep" / "learning_rate=0.0001" / "checkpoints" / "latest.json").stat().st_mtime
+    again = sw.sweep(tmp_path / "sweep", ["train.learning_rate=1e-4,3e-4"], base, 2, train_questions=3,
+                     val_questions=2, config=str(cfg))
+    assert [r["curve"] for r in again["runs"]] == [r["curve"] for r in report["runs"]]
+    assert (tmp_path / "sweep" / "learning_rate=0.0001" / "checkpoints" / "latest.json").stat().st_mtime == before
+
+
+def test_bad_configuration_is_refused_before_anything_trains(tmp_path):
+    rc = sw.main(["--out", str(tmp_path / "s"), "--grid", "train.learning_rate=-1", "--steps", "1"])
+    assert rc == 2
+    assert not list((tmp_path / "s").glob("learning_rate*"))
+    assert sw.main(["--out", str(tmp_path / "s"), "--steps", "0"]) == 2
