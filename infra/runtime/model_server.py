@@ -237,7 +237,6 @@ class ModelRouter:
     @contextlib.contextmanager
     def lease(self) -> Iterator[str]:
         """A replica's base_url for the duration of the block. ModelServerError when none answers."""
-        import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
         with self._lock:
