@@ -35,13 +35,13 @@ def _fresh_backends():
     yield
 
 
-def _unit(out: Path, record: dict, code: str, final: str, seed: int = 0):
+def _unit(out: Path, record: dict, code: str, final: str, seed: int = 0, system: str = "modular"):
     """One modular run of one question with a scripted Planner (python `code`, then answer), written as an
     evaluation writes it (judged part first, results part last)."""
     s = scripted_settings([plan("python", code, sub_goal="compute it"), plan("answer", final)], [answer(final, 1)])
-    result = run_unit("modular", seed, record, s, run_id="r", log=None, options=SystemOptions(prefect_tasks=False))
+    result = run_unit(system, seed, record, s, run_id="r", log=None, options=SystemOptions(prefect_tasks=False))
     store = ResultStore(str(out))
-    unit = unit_key("modular", seed, record["id"])
+    unit = unit_key(system, seed, record["id"])
     store.write_part("parts/judged", unit, result.judged, JUDGED_EVAL_SCHEMA)
     store.write_part("parts/results", unit, [result.row], RESULTS_SCHEMA)
     return result
@@ -103,6 +103,15 @@ def test_labels_follow_the_gold_not_the_verdict():
         ("reject", "wrong_operation")
     assert label(row("54", accepted=False, correct=False), with_rejected=True) == (None, "intermediate_value")
     assert label(row("41", accepted=False, correct=True), with_rejected=True) == (None, "rejected_on_a_correct_answer")
+
+
+def test_the_same_step_made_twice_is_one_case(tmp_path):
+    out = tmp_path / "eval"
+    _unit(out, SIX, "print(6 * 7)", "42")
+    _unit(out, SIX, "print(6 * 7)", "42", system="modular-nomem")  # the ablation made the very same step
+    _unit(out, SIX, "print(42)", "42", seed=1)  # another step: another case
+    got = harvest([out])
+    assert got.steps == 3 and len(got.cases) == 2 and got.left_out["duplicate_step"] == 1
 
 
 def test_a_batch_run_is_harvested_too(prefect_harness, tmp_path):

@@ -255,12 +255,27 @@ def case_of(row: JudgedRow, lab: str, category: str, index: int) -> dict[str, An
     }
 
 
+def _same_step(row: JudgedRow) -> str:
+    """What makes two judged steps the same case: the question, the step's tool and arguments, its raw result and
+    the evidence the Verifier saw (modular and modular-nomem often make identical steps on the same seed)."""
+    step = row.step
+    r = step.result
+    return json.dumps([str(row.record.get("id")), step.plan.tool, step.plan.args, r.status.value, r.data, r.error,
+                       [[m.step_id, m.status.value, m.content] for m in step.view]], sort_keys=True, default=str)
+
+
 def harvest(paths: list[str | Path], with_rejected: bool = False) -> Harvest:
     """Read every run, label every judged step; cases in run, question and step order."""
     out = Harvest()
+    seen: set[str] = set()
     for path in paths:
         for row in read_run(path):
             out.steps += 1
+            key = _same_step(row)
+            if key in seen:  # another system or seed made the very same step: one case, not two
+                out.left_out["duplicate_step"] += 1
+                continue
+            seen.add(key)
             lab, category = label(row, with_rejected)
             if lab is None:
                 out.left_out[category] += 1
