@@ -139,11 +139,12 @@ def render(report: dict[str, Any]) -> str:
 
 def write_doc(doc: Path, text: str) -> None:
     """Replace the marked section of `doc`; without the markers nothing is written."""
-    body = doc.read_text() if doc.is_file() else ""
-    if BEGIN not in body or END not in body:
-        raise SweepError(f"{doc}: the markers {BEGIN!r} and {END!r} are missing; nothing written")
-    head, rest = body.split(BEGIN, 1)
-    doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+    from flows.bench.marked import MarkersMissing, write_marked
+
+    try:
+        write_marked(doc, BEGIN, END, text)
+    except MarkersMissing as exc:
+        raise SweepError(str(exc)) from None
 
 
 def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[Path, Path]:

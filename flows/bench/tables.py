@@ -262,12 +262,12 @@ def render(summary: dict[str, Any]) -> str:
 
 def write_doc(doc: Path, tables: str) -> None:
     """Replace what lies between the markers of `doc` (the rest is prose, kept)."""
-    text = doc.read_text() if doc.is_file() else f"# Results\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in text or END not in text:
-        raise TablesError(f"{doc}: the markers {BEGIN!r} and {END!r} are missing; nothing written")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(f"{head}{BEGIN}\n{tables}\n{END}{tail}")
+    from flows.bench.marked import MarkersMissing, write_marked
+
+    try:
+        write_marked(doc, BEGIN, END, tables, new_doc=f"# Results\n\n{BEGIN}\n{END}\n")
+    except MarkersMissing as exc:
+        raise TablesError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- run
