@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from flows.bench import tables
@@ -148,6 +149,9 @@ def test_run_records_pools_and_resumes_in_two_worker_processes(tmp_path, monkeyp
     assert rec["fingerprint"]["code_sha256"] == tables.code_sha256()
     assert "question" not in rec["rows"][0] and "gold" not in rec["rows"][0]  # no dataset text
     assert BEGIN in doc.read_text() and "Synthetic world" in doc.read_text()
+    # each worker merged only its own systems; the run's top-level tables hold all four (harvest reads them)
+    merged = pq.read_table(out / "world" / "seed0" / "results.parquet")
+    assert sorted(set(merged["system"].to_pylist())) == sorted(SYSTEMS) and merged.num_rows == 2 * len(SYSTEMS)
     before = {p.name: json.loads(p.read_text())["rows"] for p in (records / "world").glob("*.json")}
     assert tables.main(args) == 0
     assert {p.name: json.loads(p.read_text())["rows"] for p in (records / "world").glob("*.json")} == before

@@ -351,6 +351,19 @@ def _share(benchmark: str, jobs: list[tuple[int, str]], out: str, questions: int
 COST = {"modular": 55.0, "modular-nomem": 55.0, "monolithic": 21.0, "direct": 4.0}
 
 
+def merge_seed(seed_dir: Path, seed: int, questions: int, systems: list[str] = SYSTEMS) -> None:
+    """Gather every system's finished units of one seed into the run's top-level tables (results, steps, evidence,
+    judged, summary, report). Each worker's evaluate call merges only its own system, so the last to finish would
+    leave the others out of judged.parquet, which harvest reads."""
+    from flows.evaluate import finish, load_questions
+    from infra.runtime.storage import ResultStore
+
+    store = ResultStore(str(seed_dir))
+    bench = load_questions(seed_dir / "data", questions)
+    keep = {n for n in systems if any((seed_dir / "parts" / "results").glob(f"part-{n}.s{seed}.*.parquet"))}
+    finish(store, bench, [n for n in systems if n in keep], [seed], seed_dir / "data", questions, 0.0, 0, 0)
+
+
 def deal(jobs: list[tuple[int, str]], workers: int) -> list[list[tuple[int, str]]]:
     """(seed, system) jobs in `workers` shares of about equal expected time: longest first, to the lightest share."""
     shares: list[list[tuple[int, str]]] = [[] for _ in range(min(workers, len(jobs)))]
@@ -397,6 +410,7 @@ def run(benchmark: str, seeds: list[int], *, out: str, records: str, doc: str | 
         proc.join()
     for seed in seeds:
         if any((base / f"seed{seed}" / "parts" / "results").glob("*.parquet")):
+            merge_seed(base / f"seed{seed}", seed, questions, systems)
             record_run(base / f"seed{seed}", records)
     failed = [p.name for p in procs if p.exitcode != 0]
     if failed:
