@@ -57,7 +57,7 @@ bench-train: models
 # benchmark's first 50 questions, per seed, records in bench/tables that pool across sessions (flows/bench/tables.py).
 TABLES_ARGS ?= --benchmark gsm8k --seeds 0
 tables: models
-	$(BIN)/python -m flows.bench.tables run $(TABLES_ARGS)
+	$(BIN)/python -m flows.bench.tables run --readme README.md $(TABLES_ARGS)
 
 PREFECT_PORT ?= 4200
 .PHONY: serve

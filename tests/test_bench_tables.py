@@ -159,3 +159,21 @@ def test_run_records_pools_and_resumes_in_two_worker_processes(tmp_path, monkeyp
     other = [*args, "--set", "budget.max_steps=2"]
     assert tables.main(other) == 2
     assert json.loads((records / "world" / "modular.seed0.json").read_text())["rows"] == rec["rows"]
+
+
+def test_pool_writes_the_readme_headline_between_its_markers_and_keeps_the_rest(tmp_path):
+    records = tmp_path / "records"
+    for system in SYSTEMS:
+        _write(records, _record(system, 0, {"q1": system != "direct", "q2": False}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nprose before\n\n{tables.HEADLINE_BEGIN}\nold\n{tables.HEADLINE_END}\n\nprose after\n")
+    pool(records, None, readme)
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nprose before") and text.rstrip().endswith("prose after") and "old" not in text
+    assert "| system | GSM8K |" in text and "| direct | 0.0 % [0.0, 0.0] |" in text and "| modular | 50.0 % [" in text
+    assert "GSM8K: seeds 0" in text
+    bare = tmp_path / "BARE.md"
+    bare.write_text("no markers\n")
+    with pytest.raises(TablesError, match="markers"):
+        pool(records, None, bare)
+    assert bare.read_text() == "no markers\n"

@@ -40,6 +40,7 @@ BENCHMARKS = {  # name -> what the table calls it and where its questions come f
     "game24": "Game of 24, python tool",
     "world": "Synthetic world, test split (wording families never used in training), seed 1",
 }
+SHORT = {"gsm8k": "GSM8K", "hotpotqa": "HotpotQA", "game24": "Game of 24", "world": "world test"}
 WORLD_SEED = 1  # the test world bench-train evaluates on (generate_world(seed=1, split="test"))
 RECORD_FIELDS = ["question_id", "correct", "score", "extracted", "status", "stop_reason", "budget_limit", "iterations",
                  "n_citations", "tokens_total", "tokens_planner", "tokens_executor", "tokens_verifier",
@@ -47,6 +48,9 @@ RECORD_FIELDS = ["question_id", "correct", "score", "extracted", "status", "stop
                  "missing_evidence", "verifier_calls", "verifier_rejections", "attribution_module",
                  "attribution_cause", "wrong_citations", "error"]
 BEGIN, END = "<!-- tables:begin (written by python -m flows.bench.tables pool) -->", "<!-- tables:end -->"
+# The README's one-table summary (accuracy per system and benchmark), written by the same pool.
+HEADLINE_BEGIN = "<!-- headline:begin (written by python -m flows.bench.tables pool --readme README.md) -->"
+HEADLINE_END = "<!-- headline:end -->"
 
 
 class TablesError(ValueError):
@@ -206,14 +210,17 @@ def pool_benchmark(recs: list[dict[str, Any]], systems: list[str] = SYSTEMS) -> 
     return summary
 
 
-def pool(records: str | Path, doc: str | Path | None) -> dict[str, Any]:
-    """Pool every benchmark's records; write ``<records>/summary.json`` and the tables in `doc`."""
+def pool(records: str | Path, doc: str | Path | None, readme: str | Path | None = None) -> dict[str, Any]:
+    """Pool every benchmark's records; write ``<records>/summary.json``, the tables in `doc` and the headline table
+    in `readme`."""
     by_bench = load_records(records)
     summary = {b: pool_benchmark(recs) for b, recs in sorted(by_bench.items())}
     out = Path(records) / "summary.json"
     out.write_text(json.dumps(summary, indent=1, default=str) + "\n")
     if doc is not None:
         write_doc(Path(doc), render(summary))
+    if readme is not None:
+        write_doc(Path(readme), render_headline(summary), HEADLINE_BEGIN, HEADLINE_END)
     return summary
 
 
@@ -260,12 +267,35 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_doc(doc: Path, tables: str) -> None:
+def render_headline(summary: dict[str, Any]) -> str:
+    """Accuracy per system (rows) and benchmark (columns), with the seeds each pooled and whether any paired
+    difference excludes zero."""
+    benches = [b for b, s in summary.items() if sum(s["pooled"]["questions_per_seed"].values())]
+    if not benches:
+        return "No benchmark has a (seed, question) finished by every system yet."
+    out = ["| system | " + " | ".join(SHORT.get(b, b) for b in benches) + " |",
+           "|---|" + "---|" * len(benches)]
+    for name in SYSTEMS:
+        cells = []
+        for b in benches:
+            a = summary[b]["systems"].get(name, {}).get("accuracy")
+            cells.append("-" if not a else f"{_pct(a['mean'])} % {_ci(a['ci95'])}")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    seeds = "; ".join(f"{SHORT.get(b, b)}: seeds "
+                      f"{', '.join(str(k) for k in summary[b]['pooled']['questions_per_seed'])}" for b in benches)
+    sure = [f"{b} {d['a']} - {d['b']}" for b in benches for d in summary[b]["paired_differences"]
+            if d["ci95"] and (d["ci95"][0] > 0 or d["ci95"][1] < 0)]
+    out.append(f"\nAccuracy with its 95 % interval; {seeds}. Paired differences whose interval excludes zero: "
+               + (", ".join(sure) if sure else "none") + ".")
+    return "\n".join(out)
+
+
+def write_doc(doc: Path, tables: str, begin: str = BEGIN, end: str = END) -> None:
     """Replace what lies between the markers of `doc` (the rest is prose, kept)."""
     from flows.bench.marked import MarkersMissing, write_marked
 
     try:
-        write_marked(doc, BEGIN, END, tables, new_doc=f"# Results\n\n{BEGIN}\n{END}\n")
+        write_marked(doc, begin, end, tables, new_doc=f"# Results\n\n{begin}\n{end}\n")
     except MarkersMissing as exc:
         raise TablesError(str(exc)) from None
 
@@ -377,7 +407,7 @@ def deal(jobs: list[tuple[int, str]], workers: int) -> list[list[tuple[int, str]
 
 def run(benchmark: str, seeds: list[int], *, out: str, records: str, doc: str | None, questions: int, workers: int,
         datasets: str | None, config: str | None = None, overrides: list[str] = (),
-        systems: list[str] = SYSTEMS) -> dict[str, Any]:
+        systems: list[str] = SYSTEMS, readme: str | None = None) -> dict[str, Any]:
     """Evaluate `systems` on `benchmark`'s first `questions` questions for each seed, in `workers` processes; then
     record every seed's finished questions and pool all records."""
     import multiprocessing
@@ -415,7 +445,7 @@ def run(benchmark: str, seeds: list[int], *, out: str, records: str, doc: str | 
     failed = [p.name for p in procs if p.exitcode != 0]
     if failed:
         raise TablesError(f"{', '.join(failed)} failed; finished questions are recorded; run the same command to resume")
-    return pool(records, doc)
+    return pool(records, doc, readme)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--records", default="bench/tables", help="the committed records")
     for q in (r, po):
         q.add_argument("--doc", default="docs/results.md", help="the document whose marked section holds the tables")
+        q.add_argument("--readme", default=None, help="also write the headline table in this file's marked section "
+                                                      "(README.md)")
     a = p.parse_args(argv)
     try:
         if a.command == "record":
@@ -454,9 +486,9 @@ def main(argv: list[str] | None = None) -> int:
             if not seeds or a.questions < 1 or a.workers < 1:
                 raise TablesError("--seeds needs at least one seed; --questions and --workers at least 1")
             summary = run(a.benchmark, seeds, out=a.out, records=a.records, doc=a.doc, questions=a.questions,
-                          workers=a.workers, datasets=a.data, config=a.config, overrides=a.overrides)
+                          workers=a.workers, datasets=a.data, config=a.config, overrides=a.overrides, readme=a.readme)
         else:
-            summary = pool(a.records, a.doc)
+            summary = pool(a.records, a.doc, a.readme)
     except TablesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
