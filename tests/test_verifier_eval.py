@@ -124,6 +124,10 @@ def test_build_command_and_bad_inputs(tmp_path, datasets_dir):
     assert {c["source"] for c in cases} <= {"hotpotqa", "gsm8k"}
     bad = runner.invoke(verifier_eval_app, ["build", "--out", str(out), "--from", str(tmp_path), "--no-world"])
     assert bad.exit_code == 2 and "no usable benchmark files" in bad.output
+    written = out.read_bytes()
+    bad = runner.invoke(verifier_eval_app, ["build", "--out", str(out), "--from", str(datasets_dir / "gsm8k"), "--no-world"])
+    assert bad.exit_code == 2 and "only GSM8K programs" in bad.output and "hotpotqa/ or musique/" in bad.output
+    assert out.read_bytes() == written  # the refused build left the earlier file as it was
     (tmp_path / "broken.jsonl").write_text('{"id": 1}\n')
     bad = runner.invoke(verifier_eval_app, ["run", "--labeled", str(tmp_path / "broken.jsonl"), "--verifier", "deterministic"])
     assert bad.exit_code == 2 and "needs id, category" in bad.output

@@ -485,9 +485,13 @@ def build_cases(dataset_dirs: list[Path], *, per_category: int = 60, seed: int =
     if wf is not None:
         seeds += rng.sample(wf.seeds, min(len(wf.seeds), 200))
         arith += world_arith_seeds(wf, rng, 60)
-    if not seeds:
-        raise BuildError("no usable benchmark files (hotpotqa/, musique/, gsm8k/) under "
-                         + ", ".join(str(d) for d in dataset_dirs) + (" and the world is off" if not world else ""))
+    if not seeds:  # most categories perturb a search step: GSM8K programs alone cannot fill them
+        where = ", ".join(str(d) for d in dataset_dirs)
+        if arith:
+            raise BuildError(f"only GSM8K programs under {where}: the search cases need hotpotqa/ or musique/, or the "
+                             "world (drop --no-world); to measure programs alone, build with them and keep the cases whose plan.tool is python")
+        raise BuildError(f"no usable benchmark files (hotpotqa/, musique/, gsm8k/) under {where}"
+                         + (" and the world is off" if not world else ""))
     rng.shuffle(seeds)
     pools = Pools(rng, seeds, arith, wf)
     cases: list[dict] = []
