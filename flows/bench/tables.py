@@ -232,6 +232,12 @@ def _ci(ci: list[float] | None) -> str:
     return "-" if not ci else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
+def _excludes_zero(diff: dict[str, Any]) -> bool:
+    """A paired difference whose 95 % interval lies wholly above or below zero."""
+    ci = diff["ci95"]
+    return bool(ci) and (ci[0] > 0 or ci[1] < 0)
+
+
 def render(summary: dict[str, Any]) -> str:
     """One markdown section per benchmark: accuracy with intervals, cost, stops and failures, paired differences."""
     out = []
@@ -255,7 +261,7 @@ def render(summary: dict[str, Any]) -> str:
                        f"{'-' if rej is None else f'{100 * rej:.0f} %'} |")
         out.append("\n| paired difference (a - b) | points | 95% CI | a better / b better / ties |\n|---|---|---|---|")
         for d in s["paired_differences"]:
-            mark = " **(excludes 0)**" if d["ci95"] and (d["ci95"][0] > 0 or d["ci95"][1] < 0) else ""
+            mark = " **(excludes 0)**" if _excludes_zero(d) else ""
             out.append(f"| {d['a']} - {d['b']} | {_pct(d['mean_diff'])} | {_ci(d['ci95'])}{mark} | "
                        f"{d['a_better']} / {d['b_better']} / {d['ties']} |")
         out.append("\n| system | stop reasons | failures attributed to |\n|---|---|---|")
@@ -283,8 +289,7 @@ def render_headline(summary: dict[str, Any]) -> str:
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     seeds = "; ".join(f"{SHORT.get(b, b)}: seeds "
                       f"{', '.join(str(k) for k in summary[b]['pooled']['questions_per_seed'])}" for b in benches)
-    sure = [f"{b} {d['a']} - {d['b']}" for b in benches for d in summary[b]["paired_differences"]
-            if d["ci95"] and (d["ci95"][0] > 0 or d["ci95"][1] < 0)]
+    sure = [f"{b} {d['a']} - {d['b']}" for b in benches for d in summary[b]["paired_differences"] if _excludes_zero(d)]
     out.append(f"\nAccuracy with its 95 % interval; {seeds}. Paired differences whose interval excludes zero: "
                + (", ".join(sure) if sure else "none") + ".")
     return "\n".join(out)
@@ -390,8 +395,8 @@ def merge_seed(seed_dir: Path, seed: int, questions: int, systems: list[str] = S
 
     store = ResultStore(str(seed_dir))
     bench = load_questions(seed_dir / "data", questions)
-    keep = {n for n in systems if any((seed_dir / "parts" / "results").glob(f"part-{n}.s{seed}.*.parquet"))}
-    finish(store, bench, [n for n in systems if n in keep], [seed], seed_dir / "data", questions, 0.0, 0, 0)
+    started = [n for n in systems if any((seed_dir / "parts" / "results").glob(f"part-{n}.s{seed}.*.parquet"))]
+    finish(store, bench, started, [seed], seed_dir / "data", questions, 0.0, 0, 0)
 
 
 def deal(jobs: list[tuple[int, str]], workers: int) -> list[list[tuple[int, str]]]:
