@@ -66,7 +66,7 @@ def run_cases(cases: list[dict], settings, mode: str) -> list[CaseOutcome]:
             verdict = v.verify_raw(case["plan"], case["result"], memory_view(case, as_of_datetime(as_of)), question)
             predicted, ftype, reason = ("accept" if verdict.accepted else "reject"), \
                 (verdict.failure_type.value if verdict.failure_type else None), verdict.reason
-            calls, conf = (1 if verdict.usage else 0), verdict.confidence
+            calls, conf = (verdict.usage.calls if verdict.usage else 0), verdict.confidence
             tokens = verdict.usage.tokens_in + verdict.usage.tokens_out if verdict.usage else 0
         except Exception as exc:  # a crash is a verdict nobody can use: counted as a reject, reported
             predicted, ftype, reason, calls, conf, tokens = "reject", "error", f"{type(exc).__name__}: {exc}", 0, 0.0, 0

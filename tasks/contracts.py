@@ -428,12 +428,13 @@ class StepRecord(_Record):
 
 
 class ModelUsage(_Record):
-    """What one model call cost."""
+    """What a model call cost (or several of one role's calls for one decision, summed: `calls` counts them)."""
 
     model: str
     tokens_in: int = Field(default=0, ge=0)
     tokens_out: int = Field(default=0, ge=0)
     latency_ms: float = Field(default=0.0, ge=0)
+    calls: int = Field(default=1, ge=1)
 
 
 class JudgedStep(_Record):

@@ -69,9 +69,9 @@ class RunLedger:
                   "tool_call", status=result.status.value, cost=result.cost)
 
     def verifier(self, plan: Plan, verdict: Verdict, latency_ms: float) -> None:
-        u = verdict.usage  # set only when an LLM judge was asked
+        u = verdict.usage  # set only when the Verifier's model was asked (the judge, or its own programs)
         self.budget.charge(Role.verifier, tokens_in=u.tokens_in if u else 0, tokens_out=u.tokens_out if u else 0,
-                           model_calls=1 if u else 0)
+                           model_calls=u.calls if u else 0)
         self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=plan.step_id, role=Role.verifier,
                              model=u.model if u else None, tokens_in=u.tokens_in if u else 0,
                              tokens_out=u.tokens_out if u else 0,

@@ -84,15 +84,18 @@ def test_a_claim_about_the_wrong_property_of_the_right_person_is_rejected():
 # --------------------------------------------------------------------------- independent recomputation
 
 
-def _hybrid(reply: str, **values):
-    """A hybrid Verifier whose model (scripted) writes `reply` as its own program; programs run in the real sandbox."""
+def _hybrid(reply: str | list[str], **values):
+    """A hybrid Verifier whose model (scripted) writes `reply` as its own program (a list: one per program, in
+    order); programs run in the real sandbox. One program, and it alone decides, unless `values` say otherwise."""
     from infra.runtime.settings import ModelConfig
     from tasks.modules import recompute
     from tasks.modules.verifier import Verifier
     from tests.test_verifier import settings
 
     recompute._CACHE.clear()
-    judge = ModelConfig(backend="scripted", model="scripted-verifier", script=[reply]).model_dump()
+    script = [reply] if isinstance(reply, str) else reply
+    judge = ModelConfig(backend="scripted", model="scripted-verifier", script=script).model_dump()
+    values = {"verifier.independent_samples": 1, "verifier.independent_quorum": 1, **values}
     return Verifier(settings(**{"models.verifier": judge, **values}), mode="hybrid")
 
 
@@ -126,6 +129,52 @@ def test_it_runs_only_for_word_problems_with_a_model_and_when_enabled():
     assert "independent" not in [c.name for c in verdict.checks]
     assert _hybrid(OWN, **{"verifier.independent": False}).recomputer is None
     assert verifier().recomputer is None  # deterministic: no model, no recomputation
+
+
+def _program(total: str) -> str:
+    """An independent program for KM that uses every stated quantity and prints `total` of m (Monday) and t."""
+    return f"```python\nm = 27\nt = 2 * m\nprint({total})\n```"
+
+
+WRONG = "print(27 + 2 * 15 - 15)"  # 42; the answer is 120
+
+
+def test_a_quorum_of_independent_programs_must_agree_on_another_value_to_reject():
+    three = {"verifier.independent_samples": 3, "verifier.independent_quorum": 2}
+    # 96, 120, 120: two agree on 120 -> the step's 42 is rejected after three programs
+    v = _hybrid([_program("m + t + 15"), OWN, OWN], **three)
+    verdict = v.verify(*_step(WRONG, "42\n"), [], KM)
+    assert not verdict.accepted and verdict.failure_type is FailureType.recomputation and "120" in verdict.reason
+    assert verdict.usage.calls == 3 and v.recomputer.backend.calls == 3
+    # 96, 66, 84: no two agree -> nothing decided, the step passes
+    v = _hybrid([_program("m + t + 15"), _program("m + t - 15"), _program("(m + 15) * 2")], **three)
+    verdict = v.verify(*_step(WRONG, "42\n"), [], KM)
+    assert verdict.accepted and "nothing decided" in verdict.checks[-1].detail
+
+
+def test_a_program_that_reproduces_the_step_passes_it_and_no_more_are_drawn():
+    v = _hybrid([OWN, _program("m + t + 15"), _program("m + t + 15")], **{"verifier.independent_samples": 3,
+                                                           "verifier.independent_quorum": 2})
+    right = v.verify(*_step("t = 2 * 27\nprint(27 + t + t - 15)", "120\n"), [], KM)
+    assert right.accepted and right.usage.calls == 1 and v.recomputer.backend.calls == 1
+    # a later wrong step of the same question reuses the first program and draws only what it still needs
+    wrong = v.verify(*_step(WRONG, "42\n"), [], KM)
+    assert not wrong.accepted and "96" in wrong.reason and wrong.usage.calls == 2 and v.recomputer.backend.calls == 3
+
+
+def test_programs_that_cannot_make_a_quorum_are_not_drawn():
+    # quorum 3 of 3: the first program fails, so the other two cannot make three -> one call, nothing decided
+    v = _hybrid(["I cannot solve this.", OWN, OWN], **{"verifier.independent_samples": 3,
+                                                       "verifier.independent_quorum": 3})
+    verdict = v.verify(*_step(WRONG, "42\n"), [], KM)
+    assert verdict.accepted and v.recomputer.backend.calls == 1
+
+
+def test_a_quorum_above_the_samples_is_refused_with_the_fix():
+    from infra.runtime.settings import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match="independent_quorum .*raise the samples or lower the quorum"):
+        load_settings(None, ["verifier.independent_samples=2", "verifier.independent_quorum=3"])
 
 
 def test_an_independent_program_that_fails_the_step_checks_is_no_witness():

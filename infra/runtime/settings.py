@@ -179,12 +179,29 @@ class VerifierConfig(_Section):
                                         description="Most confidence when the judge shares a model with the Planner or Executor.")
     independent: bool = Field(
         default=True, description="With a verifier model (models.verifier, hybrid): for a python step of a word problem "
-        "the model writes its own program for the question, without the Planner's, runs it in the sandbox, and a "
-        "different value rejects the step (both values go to the Planner). Once per question.")
+        "the model writes its own programs for the question, without the Planner's, runs them in the sandbox, and "
+        "independent_quorum of them agreeing on another value reject the step (both values go to the Planner).")
+    independent_samples: int = Field(
+        default=1, ge=1, le=9, description="Most independent programs per question: the first greedy, the rest "
+        "sampled. Drawn once per question and only while they can still decide (one that reproduces the step's "
+        "value passes it).")
+    independent_quorum: int = Field(
+        default=1, ge=1, description="Independent programs that must agree on one value other than the step's to "
+        "reject it (at most independent_samples). A higher quorum rejects fewer correct steps and catches fewer "
+        "wrong ones (docs/verifier-eval.md).")
+    independent_temperature: float = Field(default=0.7, ge=0.0, le=2.0,
+                                           description="Sampling temperature of the programs after the first.")
     undecided: Literal["accept", "reject"] = Field(
         default="accept", description="What passes when checks cannot decide and no judge is asked (accepted at low confidence).")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(
         default="replan", description="Next action when a result contradicts accepted memory: seek a tie-breaking source, or stop.")
+
+    @model_validator(mode="after")
+    def _quorum_fits(self) -> "VerifierConfig":
+        if self.independent_quorum > self.independent_samples:
+            raise ValueError(f"verifier.independent_quorum ({self.independent_quorum}) is more than "
+                             f"verifier.independent_samples ({self.independent_samples}): raise the samples or lower the quorum")
+        return self
 
 
 class ReviewConfig(_Section):

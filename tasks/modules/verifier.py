@@ -46,8 +46,9 @@ from tasks.contracts import (
     Verdict,
 )
 from tasks.checks.quantities import last_number
+from tasks.checks.text import canonical_number
 from tasks.modules.prompts import ParseError, judge_messages, parse_json_reply, render_evidence, render_result
-from tasks.modules.recompute import Recomputer, agree, applies
+from tasks.modules.recompute import Recomputer, applies
 from tasks.modules.tools import echo_expression, python_sandbox, tool_cards
 
 MODES = ("deterministic", "llm", "hybrid")
@@ -170,7 +171,8 @@ class Verifier:
             cfg = settings.models.verifier
             judge = Judge(cfg, judge_is_independent(settings), v.judge_confidence_cap) if cfg and self.mode != "deterministic" else None
         self.judge: Judge | None = judge or None
-        self.recomputer = Recomputer(self.judge.config, self.options.rerun) \
+        self.recomputer = Recomputer(self.judge.config, self.options.rerun, samples=v.independent_samples,
+                                     quorum=v.independent_quorum, temperature=v.independent_temperature) \
             if self.judge is not None and self.mode == "hybrid" and v.independent else None
         if self.mode == "llm" and self.judge is None:
             raise ValueError("verifier.mode=llm needs a judge model (models.verifier)")
@@ -220,23 +222,24 @@ class Verifier:
                        supersedes=supersedes, usage=usage)
 
     def _independent(self, ctx: StepContext, done: list[Check]) -> tuple[Verdict | None, ModelUsage | None]:
-        """The Verifier's own program for the question: (a rejection when its value differs, the call's cost)."""
-        rc, called = self.recomputer.recompute(ctx.question)
-        usage = rc.usage if called else None
+        """The Verifier's own programs for the question: (a rejection when a quorum agrees on another value, the
+        cost of the programs drawn for this step)."""
         stdout = str((ctx.result.data or {}).get("stdout") or "")
         lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
         mine = last_number(lines[-1]) if lines else None
-        if rc.value is None or mine is None or agree(rc.value, mine):
-            done.append(Check(name="independent", passed=True, detail=(rc.detail() + (
-                "; the same value" if rc.value is not None and mine is not None else "; nothing to compare"))[:500]))
-            return None, usage
-        theirs = rc.detail().removeprefix("an independent program printed ")
-        done.append(Check(name="independent", passed=False, detail=f"{rc.detail()}, the step {lines[-1][:80]}"[:500]))
+        if mine is None:
+            return None, None  # nothing to compare: no program is drawn
+        ag = self.recomputer.check(ctx.question, mine)
+        if not ag.rejects:
+            done.append(Check(name="independent", passed=True, detail=ag.detail()[:500]))
+            return None, ag.usage
+        theirs = canonical_number(str(ag.against))
+        done.append(Check(name="independent", passed=False, detail=f"{ag.detail()}; the step {lines[-1][:80]}"[:500]))
         return Verdict(step_id=ctx.plan.step_id, accepted=False, checks=done, failure_type=FailureType.recomputation,
-                       reason=(f"an independent program for the question printed {theirs}, this step printed "
+                       reason=(f"{ag.quorum} independent program(s) for the question printed {theirs}, this step printed "
                                f"{lines[-1][:80]}: check each quantity's role and each operation, then compute again")[:600],
-                       confidence=CONFIDENCE["judge_rejected"], next_action=NextAction.replan, usage=usage,
-                       judge_independent=self.judge.independent), usage
+                       confidence=CONFIDENCE["judge_rejected"], next_action=NextAction.replan, usage=ag.usage,
+                       judge_independent=self.judge.independent), ag.usage
 
     def verify_raw(self, plan: Any, result: Any, view: list[MemoryItem], question: str = "") -> Verdict:
         """Judge records that may be invalid (labeled cases): a record that fails its contract is a schema failure."""
