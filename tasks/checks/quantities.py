@@ -45,6 +45,12 @@ def last_number(text: str) -> Decimal | None:
         return None
 
 
+def last_printed(stdout: str) -> tuple[str | None, Decimal | None]:
+    """A program's last non-empty printed line (None: it printed nothing) and the last number on that line."""
+    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    return (lines[-1], last_number(lines[-1])) if lines else (None, None)
+
+
 def _fraction(num: str, den: str) -> str:
     return canonical_number(str((Decimal(num) / Decimal(den)).quantize(Decimal("0.0001"))))
 
@@ -166,16 +172,14 @@ def check_quantities(ctx: StepContext) -> Outcome:
     name = "quantities"
     if ctx.result.tool != "python" or ctx.result.status is not ResultStatus.ok or not ctx.question:
         return passed(name, "n/a: not a python result of a known question")
-    stdout = str((ctx.result.data or {}).get("stdout") or "")
-    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
-    value = last_number(lines[-1]) if lines else None
+    last, value = last_printed(str((ctx.result.data or {}).get("stdout") or ""))
     q = ctx.question
     code = str(ctx.plan.args.get("code", ""))
-    if lines and _computes_nothing(code) and not _in_evidence(ctx, lines[-1]) and (
+    if last is not None and _computes_nothing(code) and not _in_evidence(ctx, last) and (
             value is None or not any({canonical_number(str(abs(value)))} in ways for _, ways in stated_quantities(q))):
-        return failed(name, f"the program computes nothing: it prints {lines[-1][:80]!r}, which no accepted evidence "
+        return failed(name, f"the program computes nothing: it prints {last[:80]!r}, which no accepted evidence "
                       "states", FailureType.unsupported,
-                      f"the program only writes down {lines[-1][:80]!r}; a program cannot look a fact up: find it with "
+                      f"the program only writes down {last[:80]!r}; a program cannot look a fact up: find it with "
                       "a tool that cites a source, then compute with it")
     if value is None:
         return passed(name, "n/a: the program prints no number")

@@ -26,7 +26,7 @@ from infra.models import build_backend
 from infra.models.base import ModelError
 from infra.runtime.settings import ModelConfig
 from tasks.checks.context import StepContext
-from tasks.checks.quantities import check_quantities, last_number, stated_quantities
+from tasks.checks.quantities import check_quantities, last_printed, stated_quantities
 from tasks.checks.text import canonical_number
 from tasks.contracts import ModelUsage, Plan, Result, ResultStatus
 
@@ -55,7 +55,6 @@ class Recomputation:
 class Agreement:
     """What the independent programs say of one step's value."""
 
-    step_value: Decimal
     programs: list[Recomputation]  # those consulted for this step, in order
     quorum: int
     against: Decimal | None = None  # the value `quorum` programs agree on, not the step's: the step is rejected
@@ -130,7 +129,7 @@ class Recomputer:
         programs left cannot make a quorum (nothing decided)."""
         drawn = _programs(self.config, question)
         spent: list[ModelUsage] = []
-        out = Agreement(step_value=step_value, programs=[], quorum=self.quorum)
+        out = Agreement(programs=[], quorum=self.quorum)
         values: list[Decimal] = []
         for k in range(self.samples):
             if k == len(drawn):
@@ -144,11 +143,11 @@ class Recomputer:
                     out.matched = True
                     break
                 values.append(program.value)
-                best, votes = tally(values)
-                if votes >= self.quorum:
-                    out.against = best
-                    break
-            if tally(values)[1] + self.samples - k - 1 < self.quorum:
+            best, votes = tally(values)
+            if votes >= self.quorum:
+                out.against = best
+                break
+            if votes + self.samples - k - 1 < self.quorum:
                 break  # the programs left cannot make a quorum
         out.usage = total_usage(spent)
         return out
@@ -170,8 +169,7 @@ class Recomputer:
         status, stdout, exit_code = self.rerun(code)
         if status != "ok" or exit_code not in (0, None):
             return Recomputation(None, code, stdout, usage, f"the independent program failed ({status}, exit {exit_code})")
-        lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
-        value = last_number(lines[-1]) if lines else None
+        value = last_printed(stdout)[1]
         unfit = _unfit(question, code, stdout) if value is not None else None
         if unfit:  # the witness must pass the checks the step had to pass, or it proves nothing
             return Recomputation(None, code, stdout, usage, f"the independent program fails its own checks: {unfit}")

@@ -45,7 +45,7 @@ from tasks.contracts import (
     ToolCard,
     Verdict,
 )
-from tasks.checks.quantities import last_number
+from tasks.checks.quantities import last_printed
 from tasks.checks.text import canonical_number
 from tasks.modules.prompts import ParseError, judge_messages, parse_json_reply, render_evidence, render_result
 from tasks.modules.recompute import Recomputer, applies
@@ -224,9 +224,7 @@ class Verifier:
     def _independent(self, ctx: StepContext, done: list[Check]) -> tuple[Verdict | None, ModelUsage | None]:
         """The Verifier's own programs for the question: (a rejection when a quorum agrees on another value, the
         cost of the programs drawn for this step)."""
-        stdout = str((ctx.result.data or {}).get("stdout") or "")
-        lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
-        mine = last_number(lines[-1]) if lines else None
+        last, mine = last_printed(str((ctx.result.data or {}).get("stdout") or ""))
         if mine is None:
             return None, None  # nothing to compare: no program is drawn
         ag = self.recomputer.check(ctx.question, mine)
@@ -234,10 +232,10 @@ class Verifier:
             done.append(Check(name="independent", passed=True, detail=ag.detail()[:500]))
             return None, ag.usage
         theirs = canonical_number(str(ag.against))
-        done.append(Check(name="independent", passed=False, detail=f"{ag.detail()}; the step {lines[-1][:80]}"[:500]))
+        done.append(Check(name="independent", passed=False, detail=f"{ag.detail()}; the step {last[:80]}"[:500]))
         return Verdict(step_id=ctx.plan.step_id, accepted=False, checks=done, failure_type=FailureType.recomputation,
                        reason=(f"{ag.quorum} independent program(s) for the question printed {theirs}, this step printed "
-                               f"{lines[-1][:80]}: check each quantity's role and each operation, then compute again")[:600],
+                               f"{last[:80]}: check each quantity's role and each operation, then compute again")[:600],
                        confidence=CONFIDENCE["judge_rejected"], next_action=NextAction.replan, usage=ag.usage,
                        judge_independent=self.judge.independent), ag.usage
 
