@@ -225,3 +225,49 @@ def test_how_to_round_is_not_a_quantity():
 def test_a_question_that_states_only_zero_or_one_still_states_numbers():
     v = _run("print(1 * 1)", "1\n", "Run: print(1 * 1)")
     assert v.accepted, v.reason
+
+
+# Programs from the tables' GSM8K runs (Qwen2.5-Coder-0.5B) that the checks let through before the printed value's
+# dataflow was followed, each with a correct counterpart.
+JILL = ("Jill gets paid $20 per hour to teach and $30 to be a cheerleading coach. If she works 50 weeks a year, 35 "
+        "hours a week as a teacher and 15 hours a week as a coach, what's her annual salary?")
+LEMON = ("Carlos is planting a lemon tree. The tree will cost $90 to plant. Each year it will grow 7 lemons, which he "
+         "can sell for $1.5 each. It costs $3 a year to water and feed the tree. How many years will it take before he "
+         "starts earning money on the lemon tree?")
+DVDS = ("Billy sells DVDs. He has 8 customers on Tuesday. His first 3 customers buy one DVD each.  His next 2 customers "
+        "buy 2 DVDs each.  His last 3 customers don't buy any DVDs. How many DVDs did Billy sell on Tuesday?")
+
+
+def test_a_quantity_written_down_but_never_reaching_the_print_is_not_used():
+    code = ("hourly_wage_teacher = 20\nhourly_wage_coach = 30\nweeks = 50\nhours_teacher = 35\nhours_coach = 15\n"
+            "annual_salary = hourly_wage_teacher * weeks + hourly_wage_coach * weeks\nprint(annual_salary)")
+    v = _run(code, "2500\n", JILL)
+    assert not v.accepted and v.failure_type is FailureType.ignored_quantity, v.reason
+    assert "never reaches what the program prints" in v.reason
+    fixed = code.replace("hourly_wage_teacher * weeks + hourly_wage_coach * weeks",
+                         "(hourly_wage_teacher * hours_teacher + hourly_wage_coach * hours_coach) * weeks")
+    assert _run(fixed, "57500\n", JILL).accepted
+
+
+def test_a_counter_starting_at_0_or_stepping_by_1_does_not_stand_for_every_quantity():
+    # 0 and 1 are a - a and a / a for any stated a: they used to mark every quantity 'used already combined'
+    code = "total_cost = 90\nyears = 0\nwhile total_cost > 0:\n    total_cost -= 7 * 1.5\n    years += 1\nprint(years)"
+    v = _run(code, "9\n", LEMON)
+    assert not v.accepted and v.failure_type is FailureType.ignored_quantity and "'3'" in v.reason, v.reason
+    fixed = code.replace("7 * 1.5", "(7 * 1.5 - 3)")
+    assert _run(fixed, "13\n", LEMON).accepted
+
+
+def test_percent_more_or_less_and_a_total_of_its_parts_are_used():
+    v = _run("print(3 * 1 + 2 * 2 + 3 * 0)", "7\n", DVDS)  # 8 customers = 3 + 2 + 3
+    assert v.accepted, v.reason
+    less = "A shop sold 60 cakes on Monday and 30% fewer on Tuesday. How many cakes did it sell in total?"
+    assert _run("print(60 + 60 * 0.70)", "102.0\n", less).accepted
+    pension = "A pension of $50,000 a year is cut by 5% a year for 2 years. What is it after the cuts?"
+    assert _run("print(50000 * 0.95 ** 2)", "45125.0\n", pension).accepted  # the 5 in 50,000 is not the 5%
+
+
+def test_a_dollar_amount_grouped_with_spaces_is_one_quantity():
+    q = "Her budget is $400 000. A house sells for $350 000 plus a 5% fee. By how much is she over or under budget?"
+    assert [raw for raw, _ in stated_quantities(q)] == ["400000", "350000", "5"]
+    assert _run("print(400000 - 350000 * 1.05)", "32500.0\n", q).accepted

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import re
+from itertools import combinations
 from decimal import Decimal, InvalidOperation
 
 from tasks.checks.context import Outcome, StepContext, failed, passed
+from tasks.checks.dataflow import printed_slice
 from tasks.checks.statements import _memory_claim, _memory_texts
 from tasks.checks.text import canonical_number, contains_value, numbers_in, tokens
 from tasks.contracts import FailureType, ResultStatus
@@ -51,6 +53,28 @@ def last_printed(stdout: str) -> tuple[str | None, Decimal | None]:
     return (lines[-1], last_number(lines[-1])) if lines else (None, None)
 
 
+_THOUSANDS_SPACED = re.compile(r"(?<=\$)\d{1,3}(?: \d{3})+(?!\d|[.,]\d)")
+
+
+def _spaced_thousands(text: str) -> str:
+    """'$400 000' is one amount, not 400 and 000."""
+    return _THOUSANDS_SPACED.sub(lambda m: m.group(0).replace(" ", ""), text)
+
+
+def _redundant(raw: str, question: str) -> bool:
+    """A stated number that is the sum of two to four other numbers the question states (40 minutes = 20 + 20,
+    8 customers = 3 + 2 + 3) says nothing its parts do not: a program that uses the parts has used it."""
+    try:
+        target = Decimal(raw.replace(",", ""))
+    except InvalidOperation:
+        return False
+    others = [Decimal(m.group(0).replace(",", "")) for m in _SIGNED.finditer(_spaced_thousands(question))]
+    if target in others:
+        others.remove(target)
+    others = [x for x in others if 0 < x < target][:12]
+    return any(sum(c) == target for k in (2, 3, 4) for c in combinations(others, k))
+
+
 def _fraction(num: str, den: str) -> str:
     return canonical_number(str((Decimal(num) / Decimal(den)).quantize(Decimal("0.0001"))))
 
@@ -59,13 +83,18 @@ def stated_quantities(question: str) -> list[tuple[str, list[set[str]]]]:
     """The quantities a question states: (how it says it, the ways a program may write it: any one set of
     numbers all present). 35% is 35 or 0.35; three-quarters is 0.75 or 3 and 4; twice is 2; half is 0.5 or 2."""
     out: dict[str, tuple[str, list[set[str]]]] = {}
-    for raw in _SIGNED.findall(question):
+    question = _spaced_thousands(question)
+    for m in _SIGNED.finditer(question):
+        raw = m.group(0)
         n = canonical_number(raw.replace(",", "").lstrip("-"))
         if n in ("0", "1"):
             continue
-        percent = question[question.find(raw) + len(raw):].lstrip().startswith(("%", "percent"))
-        ways = [{n}, {canonical_number(str(Decimal(n) / 100))}] if percent else [{n}]
-        out.setdefault(n, (raw, ways))
+        ways = [{n}]
+        if question[m.end():].lstrip().startswith(("%", "percent")):  # 30% less is 0.7, 25% more is 1.25
+            p = Decimal(n) / 100
+            ways += [{canonical_number(str(p))}, {canonical_number(str(1 + p))}] + ([{canonical_number(str(1 - p))}] if p < 1 else [])
+        said, known = out.setdefault(n, (raw, []))
+        known += [w for w in ways if w not in known]
     low = question.lower()
     for m in _PRECISION.finditer(low):  # "to two decimal places": how to round, not a quantity to compute with
         key = _WORDS.get(m.group(1), m.group(1))
@@ -143,7 +172,7 @@ def _combined(literals: set[str], stated: set[str]) -> set[str]:
     """The stated numbers a program used already combined: 150 for 3 and 50 (one + - * / of two of them)."""
     out: set[str] = set()
     nums = sorted(stated, key=lambda s: Decimal(s))[:30]
-    for lit in literals:
+    for lit in literals - {"0", "1"}:  # 0 and 1 are any number less or over itself: they say nothing
         v = Decimal(lit)
         for i, a in enumerate(nums):
             for b in nums[i:]:
@@ -184,6 +213,8 @@ def check_quantities(ctx: StepContext) -> Outcome:
     if value is None:
         return passed(name, "n/a: the program prints no number")
     written, arithmetic, bare = program_numbers(code)
+    sliced = printed_slice(code)
+    feeding = program_numbers(sliced)[0] if sliced is not None else written  # numbers the printed value uses
     evidence, earlier = _memory_numbers(ctx)
     given = stated_quantities(q)
     if not given and not re.search(r"\d", q) and not evidence and not earlier:  # 0 and 1 count here
@@ -199,16 +230,19 @@ def check_quantities(ctx: StepContext) -> Outcome:
                       f"the program writes {canonical_number(str(value))} down instead of computing it; compute the "
                       "value from the question's quantities, or find it with a tool that cites a source")
     # b. every quantity the question states is used (here, or by an accepted earlier step)
-    used = written | earlier | evidence
-    used |= _combined(written - used_singletons(given), used_singletons(given))  # 150 for "three $50 notes"
+    used = feeding | earlier | evidence
+    used |= _combined(feeding - used_singletons(given), used_singletons(given))  # 150 for "three $50 notes"
     missing = [raw for raw, ways in given if not any(way <= used for way in ways)]
     explained = " ".join([ctx.plan.sub_goal, ctx.plan.justification]).lower()
-    missing = [raw for raw in missing if raw.lower() not in explained]
+    missing = [raw for raw in missing if raw.lower() not in explained and not _redundant(raw, q)]
     if missing and arithmetic:
         shown_missing = ", ".join(repr(m) for m in missing[:3])
-        return failed(name, f"the question states {shown_missing}, which the program never uses", FailureType.ignored_quantity,
-                      f"the question gives {shown_missing} but the program does not use it; use every quantity the "
-                      "question states (or say in the sub-goal why one does not matter)")
+        idle = f"; it is written down but never reaches what the program prints" if any(
+            any(way <= written for way in ways) for raw, ways in given if raw in missing) else ""
+        return failed(name, f"the question states {shown_missing}, which the program never uses{idle}",
+                      FailureType.ignored_quantity,
+                      f"the question gives {shown_missing} but the printed value does not use it{idle}; use every "
+                      "quantity the question states (or say in the sub-goal why one does not matter)")
     # c. the value is one the question allows
     if value < 0 and _QUANTITY.search(q) and not _SIGNED_TOPICS.search(q):
         return failed(name, f"prints {canonical_number(str(value))}: a negative value for a question about an amount",
