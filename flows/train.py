@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import resource
 import shutil
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -347,7 +349,8 @@ class Trainer:
         from tasks.learn.grpo import group_samples
 
         samples, stats = group_samples(groups)
-        result = self.learner.update(samples)
+        with torch_threads(update_threads(self.cfg)):  # the workers wait for this update: give it every core
+            result = self.learner.update(samples)
         if result.updated:
             self.version += 1
         result.extra["zero_signal_groups"] = sum(1 for s in stats if s.zero_signal)
@@ -415,6 +418,24 @@ class Trainer:
         self.workers = []
         self.log.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def update_threads(cfg) -> int:
+    """Threads for the policy update: train.update_threads, or every core this process may run on."""
+    return cfg.update_threads or len(os.sched_getaffinity(0))
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads set to n for the block, then put back (the in-process worker samples with the old)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)
 
 
 def hash_seed(*parts: int) -> int:

@@ -128,3 +128,21 @@ def test_cli_train_refuses_without_questions(tmp_path):
 
     r = CliRunner().invoke(app, ["train", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "train.train_questions" in r.output
+
+
+def test_the_update_gets_every_core_and_gives_them_back():
+    import os
+
+    import torch
+
+    from flows.train import torch_threads, update_threads
+    from infra.runtime.settings import TrainConfig
+
+    assert update_threads(TrainConfig()) == len(os.sched_getaffinity(0))  # 0: every core the process may use
+    assert update_threads(TrainConfig(update_threads=3)) == 3
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with torch_threads(before + 1):
+            assert torch.get_num_threads() == before + 1
+            raise RuntimeError("an update that fails")
+    assert torch.get_num_threads() == before  # the in-process worker samples with its own setting again
