@@ -272,7 +272,8 @@ class Trainer:
     def _learner(self, cls):
         c = self.cfg
         return cls(self.policy, learning_rate=c.learning_rate, weight_decay=c.weight_decay, max_grad_norm=c.max_grad_norm,
-                   clip_low=c.clip_low, clip_high=c.clip_high, kl_coef=c.kl_coef, epochs=c.epochs_per_batch)
+                   clip_low=c.clip_low, clip_high=c.clip_high, kl_coef=c.kl_coef, epochs=c.epochs_per_batch,
+                   share_prefix=c.share_prefix)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -349,7 +350,7 @@ class Trainer:
         from tasks.learn.grpo import group_samples
 
         samples, stats = group_samples(groups)
-        with torch_threads(update_threads(self.cfg)):  # the workers wait for this update: give it every core
+        with torch_threads(update_threads(self.cfg)):  # the workers wait for this update: it may take more cores
             result = self.learner.update(samples)
         if result.updated:
             self.version += 1

@@ -138,7 +138,7 @@ def test_the_update_gets_every_core_and_gives_them_back():
     from flows.train import torch_threads, update_threads
     from infra.runtime.settings import TrainConfig
 
-    assert update_threads(TrainConfig()) == len(os.sched_getaffinity(0))  # 0: every core the process may use
+    assert update_threads(TrainConfig(update_threads=0)) == len(os.sched_getaffinity(0))  # 0: every core it may use
     assert update_threads(TrainConfig(update_threads=3)) == 3
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError):

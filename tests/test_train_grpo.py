@@ -146,3 +146,62 @@ def test_sampled_logprobs_match_the_policy_without_retokenising(tiny_dir):
         assert turn.prompt_ids == p and len(turn.logprobs) == len(turn.completion_ids) > 0
         again, _ = policy.token_logprobs(p, turn.completion_ids, temp)
         assert again.tolist() == pytest.approx(turn.logprobs, abs=1e-4)
+
+
+# --------------------------------------------------------------------------- a shared prompt prefix runs once
+
+
+def test_turns_are_grouped_by_a_shared_prompt_prefix():
+    from tasks.learn.grpo import shared_prefixes
+
+    def t(ids):
+        return TurnSample(list(ids), [1], [0.0], 1.0)
+
+    a, b, c, d = t(range(10)), t([*range(8), 99, 98]), t([50, 51, 52]), t(range(6))
+    groups = shared_prefixes([a, c, b, d], min_shared=4)
+    assert [(n, sorted(len(s.prompt_ids) for s in g)) for n, g in groups] == [(5, [6, 10, 10]), (0, [3])]
+    assert all(n < len(s.prompt_ids) for n, g in groups for s in g)  # each turn keeps a token to run
+    assert shared_prefixes([a, b], min_shared=9) == [(0, [a]), (0, [b])]  # they share 8
+    assert shared_prefixes([a, b], min_shared=0) == [(0, [a]), (0, [b])]
+
+
+def test_a_shared_prefix_gives_the_same_logprobs_loss_and_gradients(tiny_dir):
+    """Running the common system prompt once (its keys and values as leaves, their gradients sent back through it
+    once) must be the same update as running every turn whole."""
+    policy = _policy(tiny_dir)
+    system = {"role": "system", "content": "You are the planner of a research agent. Tools: python, search. " * 4}
+    samples = []
+    for k, q in enumerate(["What is 2+2?", "Who founded Vobryx?", "What is 17 * 23?"]):
+        p = policy.encode_chat([system, {"role": "user", "content": q}])
+        turn = policy.sample(p, max_new_tokens=4, temperature=1.0, seed=10 + k)
+        samples.append(TurnSample(p, turn.completion_ids, turn.logprobs, advantage=[1.0, -0.5, 0.25][k]))
+    from tasks.learn.grpo import shared_prefixes
+
+    (shared, group), = shared_prefixes(samples, 16)
+    assert shared >= 16 and len(group) == 3
+    kv = policy.prefix_cache(samples[0].prompt_ids[:shared])
+    whole, _ = policy.token_logprobs(samples[1].prompt_ids, samples[1].completion_ids)
+    cut, _ = policy.token_logprobs(samples[1].prompt_ids, samples[1].completion_ids, prefix=(shared, kv))
+    assert torch.allclose(whole, cut, atol=1e-5)
+
+    grads, stats = [], []
+    for share in (0, 16):
+        learner = Learner(policy, learning_rate=1e-3, share_prefix=share)
+        learner.optimizer.step = lambda: None  # keep the weights: both runs see the same policy
+        stats.append(learner.update(samples))
+        grads.append({n: v.grad.detach().clone() for n, v in policy.model.named_parameters() if v.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-4), name
+    assert stats[0].loss == pytest.approx(stats[1].loss, abs=1e-6)
+    assert stats[0].grad_norm == pytest.approx(stats[1].grad_norm, rel=1e-4)
+
+
+def test_the_update_benchmark_times_three_variants_of_one_update(tiny_dir):
+    from flows.bench.update import bench_policy_update
+
+    fig = bench_policy_update(str(tiny_dir), questions=2, turns_per_question=2, rounds=1)
+    assert fig["turns"] == 4 and fig["shared_prefix_tokens"] and fig["shared_prefix_tokens"][0] > 100
+    assert set(fig["median_s"]) == {"whole", "shared", "shared_all_cores"} and fig["speedup_shared_vs_whole"] > 0
+    norms = {v["grad_norm"] for v in fig["same_update"].values()}
+    assert max(norms) - min(norms) < 1e-4 * max(norms)  # the same gradient, whichever way it was computed

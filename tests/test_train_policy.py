@@ -82,6 +82,27 @@ def test_tool_choice_is_a_distribution_over_the_enum(tiny_dir):
     assert len(seen) >= 2  # the untrained policy explores, so groups can disagree
 
 
+def test_a_templated_turn_runs_its_prompt_once(tiny_dir):
+    """The keys, the tool's tokens and each value are run on one KV cache: every token of the prompt and of the
+    completion goes through the model once (before, each field and each choice token re-ran the whole prompt)."""
+    policy = PolicyModel(str(tiny_dir))
+    prompt = policy.encode_chat([{"role": "system", "content": "You plan research steps. " * 20},
+                                 {"role": "user", "content": "What is 17 * 23?"}])
+    seen: list[int] = []
+    hook = policy.model.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    try:
+        turn = policy.sample_fields(prompt, FIELDS, max_new_tokens=24, temperature=1.0, seed=7,
+                                    choices={"tool": ["python", "search", "answer"]})
+    finally:
+        hook.remove()
+    assert seen[0] == len(prompt) + len(policy.tokenizer.encode('{"tool": "', add_special_tokens=False))
+    assert sum(seen) <= len(prompt) + len(turn.completion_ids)  # each token once (the closing '"}' is never run)
+    again, _ = policy.token_logprobs(turn.prompt_ids, turn.completion_ids, turn.temperature, allowed=turn.allowed)
+    m = torch.tensor(turn.mask, dtype=torch.bool)
+    assert again[m].tolist() == pytest.approx(torch.tensor(turn.logprobs)[m].tolist(), abs=1e-4)
+
+
 def test_prompt_over_the_limit_is_refused(tiny_dir):
     settings = _policy_settings(tiny_dir)
     settings.models.planner.max_input_tokens = 16

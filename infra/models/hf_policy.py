@@ -58,17 +58,28 @@ FIELD_TOKENS = {"tool": 8}
 DEFAULT_FIELD_TOKENS = 40
 
 
-class _QuoteStop:
-    """Stopping criterion: the newly sampled text contains an unescaped double quote (a JSON string closed)."""
+class _Cursor:
+    """Next-token logits over a growing token sequence, with a KV cache: each call runs only the tokens the cursor
+    has not seen. One templated turn (forced keys, a tool chosen token by token, values sampled until their quote)
+    then runs its prompt once, not once per field and per choice token."""
 
-    def __init__(self, tokenizer, start: int):
-        self.tokenizer, self.start = tokenizer, start
+    def __init__(self, policy: PolicyModel):
+        self.policy, self.ids, self.cache, self.last = policy, [], None, None
 
-    def __call__(self, input_ids, scores, **kwargs):
+    def logits(self, ids: list[int]):
+        """Raw logits (float32) for the token after `ids`."""
         import torch
 
-        text = self.tokenizer.decode(input_ids[0, self.start:], skip_special_tokens=True)
-        return torch.tensor([_closing_quote(text) >= 0], device=input_ids.device)
+        n = len(self.ids)
+        if ids[:n] != self.ids or (len(ids) == n and self.last is None):
+            self.ids, self.cache, self.last, n = [], None, None, 0  # not an extension of what it ran: start over
+        if len(ids) > n:
+            p = self.policy
+            with p.lock, torch.no_grad():
+                out = p.model(input_ids=torch.tensor([ids[n:]], device=p.device), cache=self.cache, use_cache=True,
+                              logits_to_keep=1)
+            self.cache, self.last, self.ids = out.cache, out.logits[0, -1].float(), list(ids)
+        return self.last
 
 
 def _closing_quote(text: str) -> int:
@@ -238,7 +249,7 @@ class PolicyModel:
                     temperature=t, finish_reason=finish, text=text)
 
     def sample_choice(self, prompt_ids: list[int], choices: list[str], temperature: float,
-                      seed: int | None = None) -> tuple[list[int], list[float], list[list[int]], str]:
+                      seed: int | None = None, cursor: _Cursor | None = None) -> tuple[list[int], list[float], list[list[int]], str]:
         """One of `choices`, token by token, each token sampled among those that continue some choice.
 
         Returns (token ids, logprobs under the renormalised allowed distribution, allowed ids per token, choice).
@@ -249,6 +260,7 @@ class PolicyModel:
         greedy = temperature <= 0
         t = 1.0 if greedy else float(temperature)
         gen = None if seed is None else torch.Generator(device="cpu").manual_seed(seed)  # None: torch's global RNG
+        cursor = cursor or _Cursor(self)
         ids: list[int] = []
         logps: list[float] = []
         allowed_all: list[list[int]] = []
@@ -259,9 +271,7 @@ class PolicyModel:
             if done and not longer:
                 return ids, logps, allowed_all, done[0]
             allowed = sorted(longer)
-            with self.lock, torch.no_grad():
-                logits = self.model(input_ids=torch.tensor([list(prompt_ids) + ids], device=self.device),
-                                    logits_to_keep=1).logits[0, -1].float() / t
+            logits = cursor.logits(list(prompt_ids) + ids) / t
             sub = torch.log_softmax(logits[allowed], dim=-1).cpu()
             k = int(sub.argmax()) if greedy else int(torch.multinomial(sub.exp(), 1, generator=gen))
             ids.append(allowed[k])
@@ -279,9 +289,8 @@ class PolicyModel:
         """
         import json as _json
 
-        from transformers import StoppingCriteriaList
-
         ids = list(prompt_ids)
+        cursor = _Cursor(self)
         completion: list[int] = []
         logprobs: list[float] = []
         mask: list[int] = []
@@ -301,7 +310,7 @@ class PolicyModel:
             allowed += [None] * len(forced_ids)
             if choices.get(name):
                 c_ids, c_logps, c_allowed, value = self.sample_choice(
-                    ids, choices[name], temperature, None if seed is None else seed + 1000 + k)
+                    ids, choices[name], temperature, None if seed is None else seed + 1000 + k, cursor=cursor)
                 ids += c_ids
                 completion += c_ids
                 logprobs += c_logps
@@ -315,15 +324,13 @@ class PolicyModel:
                 finish = "length"
                 values[name] = ""
                 continue
-            stop = StoppingCriteriaList([_QuoteStop(self.tokenizer, len(ids))])
-            turn = self.sample(ids, max_new_tokens=budget, temperature=temperature, seed=None if seed is None else seed + k,
-                               max_time=left, stopping_criteria=stop)
-            sampled = turn.completion_ids
+            sampled, value_logps = self._sample_value(cursor, ids, budget, temperature,
+                                                      None if seed is None else seed + k, t_end)
             if sampled and sampled[-1] in self.eos_ids:  # the value ends where the model wanted to stop
-                sampled, turn.logprobs = sampled[:-1], turn.logprobs[:-1]
+                sampled, value_logps = sampled[:-1], value_logps[:-1]
             ids += sampled
             completion += sampled
-            logprobs += turn.logprobs
+            logprobs += value_logps
             mask += [1] * len(sampled)
             allowed += [None] * len(sampled)
             text = self.tokenizer.decode(sampled, skip_special_tokens=True)
@@ -340,6 +347,26 @@ class PolicyModel:
                     finish_reason=finish, text=_json.dumps(values), mask=mask,
                     allowed=allowed if any(a is not None for a in allowed) else None)
 
+    def _sample_value(self, cursor: _Cursor, ids: list[int], budget: int, temperature: float, seed: int | None,
+                      t_end: float | None) -> tuple[list[int], list[float]]:
+        """A JSON string value, token by token on the turn's cursor, until its closing quote, an end-of-sequence
+        token, `budget` tokens or the deadline; logprobs of softmax(logits / T) (T = 1 when greedy)."""
+        import torch
+
+        greedy = temperature <= 0
+        t = 1.0 if greedy else float(temperature)
+        gen = None if seed is None else torch.Generator(device="cpu").manual_seed(seed)  # None: torch's global RNG
+        sampled: list[int] = []
+        logps: list[float] = []
+        while len(sampled) < budget and not (t_end and sampled and time.monotonic() >= t_end):
+            logp = torch.log_softmax(cursor.logits(ids + sampled) / t, dim=-1).cpu()
+            tok = int(logp.argmax()) if greedy else int(torch.multinomial(logp.exp(), 1, generator=gen))
+            sampled.append(tok)
+            logps.append(float(logp[tok]))
+            if tok in self.eos_ids or _closing_quote(self.tokenizer.decode(sampled, skip_special_tokens=True)) >= 0:
+                break
+        return sampled, logps
+
     def record(self, turn: Turn) -> None:
         with self.lock:
             self.turns.append(turn)
@@ -352,20 +379,49 @@ class PolicyModel:
 
     # ------------------------------------------------------------------ training
 
-    def token_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0, *,
-                       reference: bool = False, with_entropy: bool = False,
-                       allowed: list[list[int] | None] | None = None):
-        """Per-token log pi(completion | prompt) (and entropy) under the adapter, or the base model (reference).
-
-        Where `allowed[i]` is given, token i's probability is renormalised over those ids (as it was sampled)."""
+    def prefix_cache(self, prefix_ids: list[int], *, reference: bool = False) -> list[tuple[Any, Any]]:
+        """Each layer's keys and values for a prompt prefix several turns share (the system prompt and worked
+        examples), computed once: under the adapter they stay in the autograd graph (Learner.update), under the
+        base model (reference) without one."""
         import torch
 
-        ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=self.device)
+        ids = torch.tensor([list(prefix_ids)], device=self.device)
+
+        def run():
+            cache = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
+            return [(layer.keys, layer.values) for layer in cache.layers]
+
+        if reference:
+            with torch.no_grad(), self.model.disable_adapter():
+                return run()
+        return run()
+
+    def token_logprobs(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0, *,
+                       reference: bool = False, with_entropy: bool = False,
+                       allowed: list[list[int] | None] | None = None,
+                       prefix: tuple[int, list[tuple[Any, Any]]] | None = None):
+        """Per-token log pi(completion | prompt) (and entropy) under the adapter, or the base model (reference).
+
+        Where `allowed[i]` is given, token i's probability is renormalised over those ids (as it was sampled).
+        `prefix` = (L, keys and values of prompt_ids[:L] from `prefix_cache`): only the rest of the prompt and the
+        completion are run, attending to the cached prefix (L < len(prompt_ids))."""
+        import torch
+
+        start, cache = 0, None
+        if prefix is not None:
+            from transformers import DynamicCache
+
+            start = prefix[0]
+            if not 0 < start < len(prompt_ids):
+                raise ValueError(f"a shared prefix of {start} tokens must be shorter than the prompt ({len(prompt_ids)})")
+            cache = DynamicCache(ddp_cache_data=list(prefix[1]), config=self.model.config)
+        ids = torch.tensor([list(prompt_ids[start:]) + list(completion_ids)], device=self.device)
         n = len(completion_ids)
 
         def forward():
             # Only the positions that predict completion tokens go through the LM head (vocab-sized logits).
-            logits = self.model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1].float() / temperature
+            kw = {"cache": cache, "use_cache": True} if cache is not None else {}
+            logits = self.model(input_ids=ids, logits_to_keep=n + 1, **kw).logits[0, :-1].float() / temperature
             logp_all = torch.log_softmax(logits, dim=-1)
             target = torch.tensor(completion_ids, device=self.device)[:, None]
             logp = logp_all.gather(-1, target)[:, 0]

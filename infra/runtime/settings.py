@@ -348,7 +348,9 @@ class TrainConfig(_Section):
     worker_cpus: float = Field(default=1.0, ge=0, description="Ray CPUs reserved per rollout worker.")
     worker_gpus: float = Field(default=0.0, ge=0, description="Ray GPUs per rollout worker.")
     torch_threads: int = Field(default=1, ge=1, description="torch threads per process (learner and each worker).")
-    update_threads: int = Field(default=0, ge=0, description="torch threads of the learner during the policy update, "
+    share_prefix: int = Field(default=64, ge=0, description="Turns of an update whose prompts share at least this many "
+                              "tokens run the shared prefix once (same gradient, less compute); 0: every turn whole.")
+    update_threads: int = Field(default=1, ge=0, description="torch threads of the learner during the policy update, "
                                 "when the rollout workers are idle; 0: every core this process may run on.")
     eval_every: int = Field(default=5, ge=0, description="Evaluate on val_questions every N steps (0: never).")
     eval_questions: int = Field(default=8, ge=1, description="How many validation questions per evaluation.")

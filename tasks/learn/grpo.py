@@ -88,10 +88,12 @@ class Learner:
     """Owns the trainable policy and its optimizer; `update` is one Flow-GRPO step over a batch of turns."""
 
     def __init__(self, policy, *, learning_rate: float, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
-                 clip_low: float = 0.2, clip_high: float = 0.3, kl_coef: float = 0.001, epochs: int = 1):
+                 clip_low: float = 0.2, clip_high: float = 0.3, kl_coef: float = 0.001, epochs: int = 1,
+                 share_prefix: int = 64):
         import torch
 
         self.policy = policy
+        self.share_prefix = share_prefix  # turns sharing this many prompt tokens or more run the prefix once; 0: never
         self.params = policy.trainable_parameters()
         if not self.params:
             raise ValueError("the policy has no trainable parameters (load it with trainable=True)")
@@ -100,7 +102,8 @@ class Learner:
         self.clip_low, self.clip_high, self.kl_coef, self.epochs = clip_low, clip_high, kl_coef, epochs
 
     def update(self, samples: list[TurnSample]) -> UpdateStats:
-        """Token-mean loss over all turns (gradient accumulated one turn at a time), then one optimizer step per epoch."""
+        """Token-mean loss over all turns (gradient accumulated one turn at a time, a shared prompt prefix run once per
+        group of turns), then one optimizer step per epoch."""
         import torch
 
         samples = [s for s in samples if s.n_tokens() > 0]
@@ -113,22 +116,8 @@ class Learner:
             for _ in range(self.epochs):
                 self.optimizer.zero_grad(set_to_none=True)
                 sums = dict(loss=0.0, kl=0.0, clip=0.0, ent=0.0, ratio=0.0)
-                for s in samples:
-                    new, ent = self.policy.token_logprobs(s.prompt_ids, s.completion_ids, s.temperature, with_entropy=True,
-                                                          allowed=s.allowed)
-                    ref, _ = self.policy.token_logprobs(s.prompt_ids, s.completion_ids, s.temperature, reference=True,
-                                                        allowed=s.allowed)
-                    old = torch.tensor(s.logprobs, dtype=new.dtype, device=new.device)
-                    m = (torch.ones_like(new) if s.mask is None
-                         else torch.tensor(s.mask, dtype=new.dtype, device=new.device))
-                    loss_tok, kl, clipped = token_loss(new, old, ref, s.advantage, clip_low=self.clip_low,
-                                                       clip_high=self.clip_high, kl_coef=self.kl_coef)
-                    ((loss_tok * m).sum() / total).backward()
-                    sums["loss"] += float((loss_tok.detach() * m).sum())
-                    sums["kl"] += float((kl.detach() * m).sum())
-                    sums["clip"] += float((clipped * m).sum())
-                    sums["ent"] += float((ent.detach() * m).sum())
-                    sums["ratio"] += float((torch.exp(new.detach() - old) * m).sum())
+                for shared, group in shared_prefixes(samples, self.share_prefix):
+                    self._accumulate(group, shared, total, sums)
                 norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
                 self.optimizer.step()
         finally:
@@ -138,11 +127,69 @@ class Learner:
         stats.updated = True
         return stats
 
+    def _accumulate(self, group: list[TurnSample], shared: int, total: int, sums: dict[str, float]) -> None:
+        """Backpropagate the group's token-mean loss. With a shared prefix of `shared` tokens, the prefix runs once
+        under the adapter and once under the reference; its keys and values enter each turn as detached leaves,
+        and their gradients, summed over the turns, go back through the prefix in one backward pass: the same
+        gradient as running every turn whole, for one prefix's forward and backward instead of one per turn."""
+        import torch
+
+        live, leaves, ref_kv = None, None, None
+        if shared:
+            live = self.policy.prefix_cache(group[0].prompt_ids[:shared])
+            leaves = [(k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+                      for k, v in live]
+            ref_kv = self.policy.prefix_cache(group[0].prompt_ids[:shared], reference=True)
+        for s in group:
+            new, ent = self.policy.token_logprobs(s.prompt_ids, s.completion_ids, s.temperature, with_entropy=True,
+                                                  allowed=s.allowed, prefix=(shared, leaves) if shared else None)
+            ref, _ = self.policy.token_logprobs(s.prompt_ids, s.completion_ids, s.temperature, reference=True,
+                                                allowed=s.allowed, prefix=(shared, ref_kv) if shared else None)
+            old = torch.tensor(s.logprobs, dtype=new.dtype, device=new.device)
+            m = (torch.ones_like(new) if s.mask is None
+                 else torch.tensor(s.mask, dtype=new.dtype, device=new.device))
+            loss_tok, kl, clipped = token_loss(new, old, ref, s.advantage, clip_low=self.clip_low,
+                                               clip_high=self.clip_high, kl_coef=self.kl_coef)
+            ((loss_tok * m).sum() / total).backward()
+            sums["loss"] += float((loss_tok.detach() * m).sum())
+            sums["kl"] += float((kl.detach() * m).sum())
+            sums["clip"] += float((clipped * m).sum())
+            sums["ent"] += float((ent.detach() * m).sum())
+            sums["ratio"] += float((torch.exp(new.detach() - old) * m).sum())
+        if shared:
+            outs = [(t, leaf.grad) for pair, lpair in zip(live, leaves) for t, leaf in zip(pair, lpair)
+                    if leaf.grad is not None]
+            if outs:
+                torch.autograd.backward([t for t, _ in outs], [g for _, g in outs])
+
     def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state)
+
+
+def shared_prefixes(samples: list[TurnSample], min_shared: int) -> list[tuple[int, list[TurnSample]]]:
+    """The turns in groups that share a prompt prefix of at least `min_shared` tokens: (prefix length, turns);
+    0 for a turn that shares none. Every prompt starts with the role's fixed part (system prompt, worked
+    examples), so most turns of a batch share hundreds of tokens. The prefix stops one token short of the
+    shortest prompt of its group, so each turn still runs the position that predicts its first token."""
+    if min_shared <= 0:
+        return [(0, [s]) for s in samples]
+    groups: list[tuple[int, list[TurnSample]]] = []
+    for s in sorted(samples, key=lambda t: t.prompt_ids):  # sorted: turns with a common prefix are neighbours
+        if groups:
+            shared, group = groups[-1]
+            head = group[0].prompt_ids
+            n = 0
+            limit = min(len(head) - 1 if shared == 0 else shared, len(s.prompt_ids) - 1)
+            while n < limit and head[n] == s.prompt_ids[n]:
+                n += 1
+            if n >= min_shared:
+                groups[-1] = (n, [*group, s])
+                continue
+        groups.append((0, [s]))
+    return [(shared if len(group) > 1 else 0, group) for shared, group in groups]
 
 
 def group_samples(groups: list[list[Any]], eps: float = 1e-6) -> tuple[list[TurnSample], list[GroupAdvantages]]:
