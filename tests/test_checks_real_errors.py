@@ -271,3 +271,18 @@ def test_a_dollar_amount_grouped_with_spaces_is_one_quantity():
     q = "Her budget is $400 000. A house sells for $350 000 plus a 5% fee. By how much is she over or under budget?"
     assert [raw for raw, _ in stated_quantities(q)] == ["400000", "350000", "5"]
     assert _run("print(400000 - 350000 * 1.05)", "32500.0\n", q).accepted
+
+
+HENRY = ("Henry made two stops during his 60-mile bike trip. He first stopped after 20 miles. His second stop was 15 "
+         "miles before the end of the trip. How many miles did he travel between his first and second stops?")
+
+
+def test_a_count_the_question_spells_out_item_by_item_is_not_an_operand():
+    assert _run("distance = 60 - 20 - 15\nprint(distance)", "25\n", HENRY).accepted  # two stops: first, second
+    flowers = ("Artie sells three kinds of flowers: marigolds, petunias and begonias. He sells 12 marigolds at $2.74 "
+               "each and 9 petunias at $1.87 each. How much does he earn from them?")
+    assert _run("print(12 * 2.74 + 9 * 1.87)", "49.71\n", flowers).accepted
+    # a count that is an operand stays one: nothing lists the four weeks
+    weeks = "Ann saves $12 a week for four weeks and then spends $10. How much is left?"
+    v = _run("print(12 - 10)", "2\n", weeks)
+    assert not v.accepted and v.failure_type is FailureType.ignored_quantity, v.reason

@@ -75,6 +75,22 @@ def _redundant(raw: str, question: str) -> bool:
     return any(sum(c) == target for k in (2, 3, 4) for c in combinations(others, k))
 
 
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+
+
+def _enumerated(raw: str, question: str) -> bool:
+    """A count the question spells out item by item is a description, not an operand: "two stops ... first ...
+    second", "three kinds of flowers: marigolds, petunias and begonias"."""
+    n = _WORDS.get(raw.lower(), raw)
+    if not n.isdigit() or not 2 <= int(n) <= len(_ORDINALS):
+        return False
+    n, low = int(n), question.lower()
+    if all(re.search(rf"\b{o}\b", low) for o in _ORDINALS[:n]):
+        return True
+    listed = re.search(rf"\b{re.escape(raw.lower())}\b[^:.?!]*:\s*([^.?!]+)", low)
+    return bool(listed) and len([x for x in re.split(r",\s*|\s+and\s+|\s+or\s+", listed.group(1)) if x.strip()]) == n
+
+
 def _fraction(num: str, den: str) -> str:
     return canonical_number(str((Decimal(num) / Decimal(den)).quantize(Decimal("0.0001"))))
 
@@ -234,7 +250,7 @@ def check_quantities(ctx: StepContext) -> Outcome:
     used |= _combined(feeding - used_singletons(given), used_singletons(given))  # 150 for "three $50 notes"
     missing = [raw for raw, ways in given if not any(way <= used for way in ways)]
     explained = " ".join([ctx.plan.sub_goal, ctx.plan.justification]).lower()
-    missing = [raw for raw in missing if raw.lower() not in explained and not _redundant(raw, q)]
+    missing = [raw for raw in missing if raw.lower() not in explained and not _redundant(raw, q) and not _enumerated(raw, q)]
     if missing and arithmetic:
         shown_missing = ", ".join(repr(m) for m in missing[:3])
         idle = f"; it is written down but never reaches what the program prints" if any(
