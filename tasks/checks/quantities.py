@@ -109,7 +109,7 @@ def stated_quantities(question: str) -> list[tuple[str, list[set[str]]]]:
         if question[m.end():].lstrip().startswith(("%", "percent")):  # 30% less is 0.7, 25% more is 1.25
             p = Decimal(n) / 100
             ways += [{canonical_number(str(p))}, {canonical_number(str(1 + p))}] + ([{canonical_number(str(1 - p))}] if p < 1 else [])
-        said, known = out.setdefault(n, (raw, []))
+        _, known = out.setdefault(n, (raw, []))
         known += [w for w in ways if w not in known]
     low = question.lower()
     for m in _PRECISION.finditer(low):  # "to two decimal places": how to round, not a quantity to compute with
@@ -154,6 +154,13 @@ def program_numbers(code: str) -> tuple[set[str], bool, bool]:
                                                          (isinstance(a.value, str) and _SIGNED.search(a.value)))
                         for a in node.args)
     return nums, arithmetic, bare
+
+
+def printed_operands(code: str) -> set[str]:
+    """The numbers a program writes that reach what it prints (tasks/checks/dataflow.py), canonical; all the
+    numbers it writes when it cannot be sliced. A number assigned and never read is not an operand."""
+    sliced = printed_slice(code)
+    return program_numbers(code if sliced is None else sliced)[0]
 
 
 _PASSIVE_CALLS = {"print", "str", "int", "float", "repr", "format"}
@@ -229,8 +236,7 @@ def check_quantities(ctx: StepContext) -> Outcome:
     if value is None:
         return passed(name, "n/a: the program prints no number")
     written, arithmetic, bare = program_numbers(code)
-    sliced = printed_slice(code)
-    feeding = program_numbers(sliced)[0] if sliced is not None else written  # numbers the printed value uses
+    feeding = printed_operands(code)
     evidence, earlier = _memory_numbers(ctx)
     given = stated_quantities(q)
     if not given and not re.search(r"\d", q) and not evidence and not earlier:  # 0 and 1 count here

@@ -29,8 +29,7 @@ import pyarrow.parquet as pq
 from infra.runtime.storage import ResultStore
 from tasks.checks import explicit_claim, numbers_in, tokens
 from tasks.checks.context import derived_claim
-from tasks.checks.dataflow import printed_slice
-from tasks.checks.quantities import last_number, program_numbers, stated_quantities
+from tasks.checks.quantities import last_number, printed_operands, program_numbers, stated_quantities
 from tasks.checks.text import canonical_number
 from tasks.contracts import JudgedStep
 from tasks.eval.scorers import score_question
@@ -203,8 +202,7 @@ def error_category(row: JudgedRow) -> str:
             return "impossible_value"
         given = stated_quantities(question)
         used, arithmetic, _ = program_numbers(code)
-        sliced = printed_slice(code)  # a quantity assigned but never reaching the printed value is not used
-        feeding = program_numbers(sliced)[0] if sliced is not None else used
+        feeding = printed_operands(code)  # a quantity assigned but never reaching the printed value is not used
         if not arithmetic or (value is not None and not given and canonical_number(str(abs(value))) not in used):
             return "unsupported_number"
         if any(not any(way <= feeding for way in ways) for _, ways in given):
