@@ -60,7 +60,9 @@ class CallCosts:
         m = settings.models
         self.cards = tool_cards(settings)
         self._tokens = lambda cfg: cfg.max_input_tokens + cfg.max_tokens if cfg else 0
-        self.planner = CallCost(Role.planner, model_tokens=self._tokens(m.planner))
+        # with the program call a python turn is two calls of the Planner's model (tasks/modules/programs.py)
+        turn_calls = 2 if "python" in self.cards and self.cards["python"].program_call else 1
+        self.planner = CallCost(Role.planner, model_tokens=turn_calls * self._tokens(m.planner), calls=turn_calls)
         self.verifier = CallCost(Role.verifier, model_tokens=self._tokens(m.verifier))
         self.generator = CallCost(Role.generator, model_tokens=self._tokens(m.generator), wall_s=settings.budget.answer_reserve_s)
         self._generalist = self._tokens(m.generalist)

@@ -39,6 +39,7 @@ class CallCost:
     model_tokens: int = 0  # max_input_tokens + max_tokens of the model it may call; 0 for no model
     tool_cost: float = 0.0
     wall_s: float = 0.0
+    calls: int = 1  # model calls it may make (a Planner turn with its program call: 2)
 
     @property
     def model_call(self) -> bool:
@@ -72,7 +73,7 @@ class Budget:
         r_tokens = reserve.model_tokens if reserve else 0
         r_calls = 1 if reserve and reserve.model_call else 0
         r_wall = reserve.wall_s if reserve else 0.0
-        if cost.model_call and self.model_calls + 1 + r_calls > c.max_model_calls:
+        if cost.model_call and self.model_calls + cost.calls + r_calls > c.max_model_calls:
             return BudgetLimit.calls
         role_cap = c.max_calls_per_role.get(cost.role.value)
         if role_cap is not None and self.role_calls[cost.role] + 1 > role_cap:

@@ -131,6 +131,8 @@ class ToolCard(_Record):
     input_schema: dict[str, Any] = Field(description="JSON schema of Plan.args.")
     output_schema: dict[str, Any] = Field(description="JSON schema of Result.data when status is ok.")
     primary_arg: str = Field(description="The argument a Planner's single tool_input string fills.")
+    program_call: bool = Field(default=False, description="python: tool_input says what to compute; a second call of "
+                               "the Planner's model writes the program that fills primary_arg.")
     cost: float = Field(ge=0, description="Cost units charged per call against the tool budget.")
     timeout_s: float = Field(gt=0, description="Longest a call may run; also its wall-clock reservation.")
 

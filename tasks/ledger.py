@@ -40,7 +40,7 @@ class RunLedger:
     def planner(self, step_id: int, outcome: PlanOutcome) -> None:
         u = outcome.usage
         self.budget.charge(Role.planner, tokens_in=u.tokens_in if u else 0, tokens_out=u.tokens_out if u else 0,
-                           model_calls=1)
+                           model_calls=u.calls if u else 1)  # a turn with its program call is two calls
         plan = outcome.plan
         self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=step_id, role=Role.planner,
                              model=u.model if u else None, tokens_in=u.tokens_in if u else 0,

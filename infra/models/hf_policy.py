@@ -532,7 +532,7 @@ class HFPolicyBackend:
         max_time = min(deadline_s, self.config.timeout_s) if deadline_s else self.config.timeout_s
         fields = self.config.template_fields or self.policy.template_fields
         try:
-            if fields:
+            if fields and json_schema is not None:  # a free-form call (the program call) is not templated
                 turn = self.policy.sample_fields(prompt, fields, max_new_tokens=limit, temperature=temp, seed=seed,
                                                  max_time=max_time, choices=schema_choices(json_schema))
             else:

@@ -106,6 +106,10 @@ class PythonToolConfig(_Section):
     max_processes: int = Field(default=16, ge=1, description="Process cap inside the sandbox (fork bombs).")
     sandbox: Literal["auto", "bwrap", "process"] = Field(default="auto", description="Isolation mechanism; auto prefers bwrap.")
     cost: float = Field(default=1.0, ge=0)
+    program_call: bool = Field(
+        default=False, description="The Planner (and the monolithic agent) says in tool_input what to compute, and a "
+        "second call of the same model writes the program as a fenced block (tasks/modules/programs.py). Off: the "
+        "program is written inside the JSON plan.")
 
 
 class SearchToolConfig(_Section):

@@ -36,7 +36,9 @@ from tasks.modules.prompts import (
     monolithic_messages,
     parse_json_reply,
     render_observation,
+    transcript,
 )
+from tasks.modules.programs import total_usage, write_program
 from tasks.modules.tools import tool_cards
 from tasks.outcome import ResearchOutcome
 
@@ -51,7 +53,8 @@ def run_monolithic(question: Question, settings: Settings, *, run_id: str, log: 
     promote = Planner(backend, cfg, cards, settings.memory.view_chars).promote
     schema = plan_draft_schema([*cards, ANSWER_TOOL])
     tokens = cfg.max_input_tokens + cfg.max_tokens
-    turn_cost = CallCost(Role.planner, model_tokens=tokens)
+    turn_calls = 2 if "python" in cards and cards["python"].program_call else 1  # the program call (programs.py)
+    turn_cost = CallCost(Role.planner, model_tokens=turn_calls * tokens, calls=turn_calls)
     final_cost = CallCost(Role.generator, model_tokens=tokens, wall_s=settings.budget.answer_reserve_s)
     budget = Budget(settings.budget, answer_reserve=final_cost)
     policy = StopPolicy(settings.budget)
@@ -89,6 +92,22 @@ def run_monolithic(question: Question, settings: Settings, *, run_id: str, log: 
             observations.append(f"(step {step_id}) your reply was invalid: {exc}")
             stop = policy.note_rejection(FailureType.schema)
             continue
+        card = cards.get(plan.tool)
+        if card is not None and card.program_call:  # the same program call as the Planner's (tasks/modules/programs.py)
+            try:
+                written, program_usage, _ = write_program(plan, backend, cfg, question.question,
+                                                          transcript(observations, settings.memory.view_chars), deadline())
+            except ModelError as exc:
+                ledger.planner(step_id, PlanOutcome(usage=usage, failure_type=FailureType.model_error, error=str(exc)))
+                stop = policy.note_rejection(FailureType.model_error)
+                continue
+            usage = total_usage([usage, program_usage])
+            if written is None:
+                ledger.planner(step_id, PlanOutcome(usage=usage, failure_type=FailureType.schema, error="no program"))
+                observations.append(f"(step {step_id}) your program reply held no ```python block")
+                stop = policy.note_rejection(FailureType.schema)
+                continue
+            plan = written
         ledger.planner(step_id, PlanOutcome(plan=plan, usage=usage))
         if plan.tool == ANSWER_TOOL:
             final_text = draft.tool_input.strip() or draft.sub_goal

@@ -39,10 +39,12 @@ class DemoStep:
     justification: str
     data: dict | None = None  # the tool's result data (None for the final answer)
     source: Source | None = None
+    task: str = ""  # python: what the program computes, in words (the tool_input when a second call writes the program)
 
-    def reply(self) -> dict[str, str]:
-        """The step as a Planner (or monolithic agent) reply."""
-        return {"sub_goal": self.sub_goal, "tool": self.tool, "tool_input": self.tool_input, "justification": self.justification}
+    def reply(self, program_call: bool = False) -> dict[str, str]:
+        """The step as a Planner (or monolithic agent) reply; with `program_call` a python step says what to compute."""
+        tool_input = self.task if program_call and self.task else self.tool_input
+        return {"sub_goal": self.sub_goal, "tool": self.tool, "tool_input": tool_input, "justification": self.justification}
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ CALC = DemoCase(
                  "rolls = 3 * 24\nsold = rolls * 2 / 3\nprint(sold * 2)",
                  "one named step per quantity in the question",
                  {"stdout": "96.0\n", "stderr": "", "exit_code": 0, "truncated": False},
-                 Source(uri="sandbox://python", title="python", retrieved_at=_RETRIEVED)),
+                 Source(uri="sandbox://python", title="python", retrieved_at=_RETRIEVED),
+                 task="the dollars from selling two-thirds of 3 trays of 24 rolls at $2 per roll"),
         DemoStep("answer from the verified evidence", ANSWER_TOOL, "96", "step 1 printed the money taken in"),
     ),
     answer="96",

@@ -93,12 +93,19 @@ def render_lessons(lessons: list[PriorRecord], now: datetime | None = None, max_
     return "\n".join(lines)[:max_chars]
 
 
+def tool_lines(cards: dict[str, ToolCard]) -> str:
+    """The tools as the Planner and the monolithic agent are told of them, with what tool_input holds."""
+    def takes(c: ToolCard) -> str:
+        return "what to compute, with the numbers it needs; the program is written next" if c.program_call else f"the {c.primary_arg}"
+    return "\n".join(f"- {c.name}: {c.description} (tool_input = {takes(c)})" for c in cards.values())
+
+
 def planner_messages(question: str, cards: dict[str, ToolCard], view: list[MemoryItem], feedback: Verdict | None,
                      max_chars: int, lessons: list[PriorRecord] | None = None, demos: bool = False,
                      reply_fields: list[str] | None = None) -> list[dict[str, str]]:
     """The Planner's prompt; `demos` adds the worked examples, their replies in the backend's own field order
     (`reply_fields`, e.g. a trained policy's template) when it has one."""
-    tools = "\n".join(f"- {c.name}: {c.description} (tool_input = the {c.primary_arg})" for c in cards.values())
+    tools = tool_lines(cards)
     system = (
         "You are the planner of a research agent. Decide the single next step toward answering the question.\n"
         f"Tools:\n{tools}\n- {ANSWER_TOOL}: the verified evidence already answers the question; stop and answer.\n"
@@ -125,7 +132,7 @@ def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool,
     for case in cases_for(cards):
         for i, step in case.steps_like(started):
             user = f"Question: {case.question}\n\nEvidence so far:\n{render_evidence(case.view(i), max_chars)}\n\nNext step as JSON:"
-            reply = step.reply()
+            reply = step.reply(cards[step.tool].program_call if step.tool in cards else False)
             if reply_fields:
                 reply = {f: reply.get(f, "") for f in reply_fields}
             turns += [{"role": "user", "content": user}, {"role": "assistant", "content": json.dumps(reply)}]
@@ -196,7 +203,7 @@ def render_observation(step_id: int, plan, result) -> str:
             f'status="{status}">\n{body}\n</evidence>')
 
 
-def _transcript(observations: list[str], max_chars: int) -> str:
+def transcript(observations: list[str], max_chars: int) -> str:
     kept: list[str] = []
     used = 0
     for obs in reversed(observations):  # newest first, oldest dropped when the context is full
@@ -209,7 +216,7 @@ def _transcript(observations: list[str], max_chars: int) -> str:
 
 def monolithic_messages(question: str, cards: dict[str, ToolCard], observations: list[str], max_chars: int,
                         demos: bool = False) -> list[dict[str, str]]:
-    tools = "\n".join(f"- {c.name}: {c.description} (tool_input = the {c.primary_arg})" for c in cards.values())
+    tools = tool_lines(cards)
     system = (
         "You are a research agent. Each turn, either call one tool or give the final answer.\n"
         f"Tools:\n{tools}\n- {ANSWER_TOOL}: you are sure of the answer; tool_input = the final answer.\n"
@@ -218,20 +225,20 @@ def monolithic_messages(question: str, cards: dict[str, ToolCard], observations:
     )
 
     def user(q: str, obs: list[str]) -> str:
-        return f"Question: {q}\n\nWhat you did so far:\n{_transcript(obs, max_chars)}\n\nNext turn as JSON:"
+        return f"Question: {q}\n\nWhat you did so far:\n{transcript(obs, max_chars)}\n\nNext turn as JSON:"
 
     shown: list[dict[str, str]] = []
     for case in cases_for(cards) if demos else ():  # the Planner's worked examples, as this agent's transcript
         for i, step in case.steps_like(bool(observations)):
             done = [render_observation(j, case.plan(j, cards[s.tool].primary_arg), case.result(j))
                     for j, s in enumerate(case.steps[: i - 1], start=1)]
-            shown += [{"role": "user", "content": user(case.question, done)}, {"role": "assistant", "content": json.dumps(step.reply())}]
+            shown += [{"role": "user", "content": user(case.question, done)}, {"role": "assistant", "content": json.dumps(step.reply(cards[step.tool].program_call if step.tool in cards else False))}]
     return [{"role": "system", "content": system}, *shown, {"role": "user", "content": user(question, observations)}]
 
 
 def monolithic_final_messages(question: str, observations: list[str], max_chars: int) -> list[dict[str, str]]:
     system = "You are a research agent out of time. Give your best final answer in one short sentence."
-    user = f"Question: {question}\n\nWhat you found:\n{_transcript(observations, max_chars)}\n\nFinal answer:"
+    user = f"Question: {question}\n\nWhat you found:\n{transcript(observations, max_chars)}\n\nFinal answer:"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -16,7 +16,6 @@ is no witness.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -29,6 +28,7 @@ from tasks.checks.context import StepContext
 from tasks.checks.quantities import check_quantities, last_printed, stated_quantities
 from tasks.checks.text import canonical_number
 from tasks.contracts import ModelUsage, Plan, Result, ResultStatus
+from tasks.modules.programs import program_of, total_usage
 
 RECOMPUTE_SYSTEM = ("You check a word problem by solving it yourself with one short Python program. Use only the "
                     "quantities the question states. Give each quantity a named variable, compute step by step, and "
@@ -37,7 +37,6 @@ RECOMPUTE_DEMO = [
     {"role": "user", "content": "A baker bakes 3 trays of 12 rolls and sells 20 of them. How many rolls are left?"},
     {"role": "assistant", "content": "```python\nrolls = 3 * 12\nsold = 20\nleft = rolls - sold\nprint(left)\n```"},
 ]
-_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 
 
 @dataclass(frozen=True)
@@ -81,12 +80,6 @@ def applies(question: str) -> bool:
     return len(stated_quantities(question)) >= 2
 
 
-def program_of(text: str) -> str:
-    """The program in a reply: its ```python block, else the reply itself."""
-    m = _BLOCK.search(text)
-    return (m.group(1) if m else text.strip().strip("`")).strip()
-
-
 def agree(a: Decimal, b: Decimal) -> bool:
     """The same value up to float noise and the cents a program may round to (64 = 64.0, 614.25 = 614.2500001)."""
     return abs(a - b) <= max(Decimal("0.005"), abs(max(abs(a), abs(b))) * Decimal("1e-6"))
@@ -100,15 +93,6 @@ def tally(values: list[Decimal]) -> tuple[Decimal | None, int]:
         if n > votes:
             best, votes = v, n
     return best, votes
-
-
-def total_usage(usages: list[ModelUsage]) -> ModelUsage | None:
-    """Several calls' cost as one record (calls counts them)."""
-    if not usages:
-        return None
-    return ModelUsage(model=usages[0].model, tokens_in=sum(u.tokens_in for u in usages),
-                      tokens_out=sum(u.tokens_out for u in usages), latency_ms=sum(u.latency_ms for u in usages),
-                      calls=sum(u.calls for u in usages))
 
 
 class Recomputer:

@@ -30,16 +30,22 @@ class Tool(Protocol):
 
 def _card_python(s: Settings) -> ToolCard:
     c = s.tools.python
+    if c.program_call:  # tool_input is the task; tasks/modules/programs.py writes the program in a second call
+        description = ("Solve a calculation with a short Python program and return what it prints. Use it for "
+                       "arithmetic, counting and comparisons. Example tool_input: the total cost of 17 tickets at $23 each")
+    else:
+        description = ("Run a short Python 3 program and return what it prints. Use it for arithmetic, "
+                       "counting and comparisons on values you already have. No network, no files outside its folder. "
+                       "Example tool_input: print(17 * 23)")
     return ToolCard(
         name="python",
-        description="Run a short Python 3 program and return what it prints. Use it for arithmetic, "
-        "counting and comparisons on values you already have. No network, no files outside its folder. "
-        "Example tool_input: print(17 * 23)",
+        description=description,
         input_schema={"type": "object", "properties": {"code": {"type": "string", "minLength": 1, "maxLength": 20000}},
                       "required": ["code"], "additionalProperties": False},
         output_schema={"type": "object", "properties": {"stdout": _STR, "stderr": _STR, "exit_code": {"type": ["integer", "null"]},
                        "truncated": {"type": "boolean"}}, "required": ["stdout", "stderr", "exit_code"]},
         primary_arg="code",
+        program_call=c.program_call,
         cost=c.cost,
         timeout_s=c.timeout_s + 5.0,  # sandbox start-up and teardown on top of the program's own limit
     )
