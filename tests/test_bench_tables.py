@@ -56,6 +56,15 @@ def test_pool_counts_only_units_every_system_finished(tmp_path):
     assert json.loads((root / "summary.json").read_text())["gsm8k"]["rows"] == 12
 
 
+def test_a_variant_measured_beside_the_tables_pools_over_its_own_systems(tmp_path):
+    root = tmp_path / "variant"
+    _write(root, _record("modular", 2, {"q1": True, "q2": False}))
+    _write(root, _record("monolithic", 2, {"q1": True, "q2": True}))
+    summary = pool(root, None)["gsm8k"]
+    assert list(summary["systems"]) == ["monolithic", "modular"] and summary["pooled"]["questions_per_seed"] == {2: 2}
+    assert tables.main(["run", "--benchmark", "gsm8k", "--systems", "modular,planner", "--records", str(root)]) == 2
+
+
 def test_pool_refuses_records_that_measure_different_things(tmp_path):
     root = tmp_path / "records"
     _write(root, _record("direct", 0, {"q1": True}))

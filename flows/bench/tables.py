@@ -193,10 +193,12 @@ def load_records(records: str | Path) -> dict[str, list[dict[str, Any]]]:
     return by_bench
 
 
-def pool_benchmark(recs: list[dict[str, Any]], systems: list[str] = SYSTEMS) -> dict[str, Any]:
-    """Every system's metrics over the (seed, question) units that all `systems` finished, and the pairs."""
+def pool_benchmark(recs: list[dict[str, Any]], systems: list[str] | None = None) -> dict[str, Any]:
+    """Every system's metrics over the (seed, question) units that all `systems` (default: those recorded, in the
+    tables' order) finished, and the pairs."""
     from tasks.eval.metrics import summarize
 
+    systems = systems or [n for n in SYSTEMS if any(r["system"] == n for r in recs)]
     have = {(r["system"], r["seed"]): {row["question_id"]: row for row in r["rows"]} for r in recs}
     seeds = sorted({r["seed"] for r in recs})
     complete = {s: sorted(set.intersection(*[set(have.get((n, s), {})) for n in systems])) for s in seeds}
@@ -467,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--data", default=os.environ.get("AGENTFLOW_DATASETS"), help="datasets root (AGENTFLOW_DATASETS)")
     r.add_argument("--config", default=None, help="run configuration (YAML/JSON), the same for every system")
     r.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value (repeatable)")
+    r.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="comma-separated systems (a variant measured beside the tables: give it its own --records)")
     rec = sub.add_parser("record", help="compact records from evaluation directories")
     rec.add_argument("runs", nargs="+")
     po = sub.add_parser("pool", help="pool the records into summary.json and the docs tables")
@@ -490,8 +494,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise TablesError(f"--seeds takes comma-separated integers, got {a.seeds!r}") from None
             if not seeds or a.questions < 1 or a.workers < 1:
                 raise TablesError("--seeds needs at least one seed; --questions and --workers at least 1")
+            systems = [x.strip() for x in a.systems.split(",") if x.strip()]
+            unknown = sorted(set(systems) - set(SYSTEMS))
+            if unknown or not systems:
+                raise TablesError(f"--systems: unknown {unknown or 'none given'}; the tables' systems are {', '.join(SYSTEMS)}")
             summary = run(a.benchmark, seeds, out=a.out, records=a.records, doc=a.doc, questions=a.questions,
-                          workers=a.workers, datasets=a.data, config=a.config, overrides=a.overrides, readme=a.readme)
+                          workers=a.workers, datasets=a.data, config=a.config, overrides=a.overrides,
+                          systems=systems, readme=a.readme)
         else:
             summary = pool(a.records, a.doc, a.readme)
     except TablesError as exc:
