@@ -46,6 +46,14 @@ def _policy_settings(tiny_dir, **cfg):
     return s
 
 
+def test_a_free_form_call_on_a_templated_policy_is_not_forced_into_the_template(tiny_dir):
+    """The program call (tasks/modules/programs.py) asks for a fenced program with no schema."""
+    backend = build_backend(_policy_settings(tiny_dir).models.planner)
+    templated = backend.complete([{"role": "user", "content": "plan"}], json_schema={"type": "object"}, seed=0)
+    free = backend.complete([{"role": "user", "content": "program"}], json_schema=None, seed=0, max_tokens=8)
+    assert templated.text.startswith('{"') and not free.text.startswith('{"' + FIELDS[0])
+
+
 def test_planner_on_hf_policy_gets_valid_plans_and_turns_are_recorded(tiny_dir):
     from tasks.modules.planner import build_planner
 
