@@ -367,7 +367,7 @@ def result_row(system: str, seed: int, record: dict, answer: Answer, records: li
         "iterations": answer.iterations, "n_citations": len(answer.citations),
         "tokens_in": sum(c.tokens_in for c in cost.values()), "tokens_out": sum(c.tokens_out for c in cost.values()),
         **{f"tokens_{r}": by_role[r] for r in ROLES}, "tokens_total": sum(by_role.values()),
-        "model_calls": sum(1 for r in records if r.model), "latency_s": latency_s,
+        "model_calls": sum(r.calls_made() for r in records), "latency_s": latency_s,
         "model_latency_ms": sum(r.latency_ms for r in records if r.model),
         "tool_ms": sum(c.tool_ms for c in cost.values()),
         **counts,

@@ -427,6 +427,12 @@ class StepRecord(_Record):
     detail: str = ""
     ts: datetime = Field(default_factory=utcnow)
     schema_version: int = SCHEMA_VERSION
+    model_calls: int | None = Field(default=None, ge=0, description="Model calls this module call made (a Planner turn "
+                                    "with its program call: 2; the Verifier's independent programs: one each); None in "
+                                    "records written before it was kept: one if `model` is set.")
+
+    def calls_made(self) -> int:
+        return self.model_calls if self.model_calls is not None else int(bool(self.model))
 
 
 class ModelUsage(_Record):

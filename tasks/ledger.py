@@ -39,10 +39,11 @@ class RunLedger:
 
     def planner(self, step_id: int, outcome: PlanOutcome) -> None:
         u = outcome.usage
+        calls = u.calls if u else 1  # a turn with its program call is two calls
         self.budget.charge(Role.planner, tokens_in=u.tokens_in if u else 0, tokens_out=u.tokens_out if u else 0,
-                           model_calls=u.calls if u else 1)  # a turn with its program call is two calls
+                           model_calls=calls)
         plan = outcome.plan
-        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=step_id, role=Role.planner,
+        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=step_id, role=Role.planner, model_calls=calls,
                              model=u.model if u else None, tokens_in=u.tokens_in if u else 0,
                              tokens_out=u.tokens_out if u else 0, latency_ms=u.latency_ms if u else 0.0,
                              tool=plan.tool if plan else None, accepted=plan is not None,
@@ -60,9 +61,10 @@ class RunLedger:
             self._log.event("plan_refused", step_id=plan.step_id, tool=plan.tool, failure_type=failure_type.value, reason=reason)
 
     def executor(self, plan: Plan, result: Result) -> None:
+        calls = 1 if result.model else 0
         self.budget.charge(Role.executor, tokens_in=result.tokens_in, tokens_out=result.tokens_out,
-                           tool_cost=result.cost, model_calls=1 if result.model else 0)
-        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=plan.step_id, role=Role.executor,
+                           tool_cost=result.cost, model_calls=calls)
+        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=plan.step_id, role=Role.executor, model_calls=calls,
                              model=result.model, tokens_in=result.tokens_in, tokens_out=result.tokens_out,
                              latency_ms=result.elapsed_ms, tool=plan.tool, tool_ms=result.elapsed_ms,
                              detail=f"{result.status.value}" + (f": {result.error}" if result.error else "")[:500]),
@@ -70,9 +72,10 @@ class RunLedger:
 
     def verifier(self, plan: Plan, verdict: Verdict, latency_ms: float) -> None:
         u = verdict.usage  # set only when the Verifier's model was asked (the judge, or its own programs)
+        calls = u.calls if u else 0
         self.budget.charge(Role.verifier, tokens_in=u.tokens_in if u else 0, tokens_out=u.tokens_out if u else 0,
-                           model_calls=u.calls if u else 0)
-        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=plan.step_id, role=Role.verifier,
+                           model_calls=calls)
+        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=plan.step_id, role=Role.verifier, model_calls=calls,
                              model=u.model if u else None, tokens_in=u.tokens_in if u else 0,
                              tokens_out=u.tokens_out if u else 0,
                              latency_ms=latency_ms, tool=plan.tool, accepted=verdict.accepted,
@@ -82,9 +85,10 @@ class RunLedger:
 
     def generator(self, step_id: int, outcome: GenerationOutcome) -> None:
         u = outcome.usage
+        calls = 1 if u else 0
         self.budget.charge(Role.generator, tokens_in=u.tokens_in if u else 0, tokens_out=u.tokens_out if u else 0,
-                           model_calls=1 if u else 0)
-        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=step_id, role=Role.generator,
+                           model_calls=calls)
+        self._add(StepRecord(run_id=self.run_id, task_id=self.task_id, step_id=step_id, role=Role.generator, model_calls=calls,
                              model=u.model if u else None, tokens_in=u.tokens_in if u else 0,
                              tokens_out=u.tokens_out if u else 0, latency_ms=u.latency_ms if u else 0.0,
                              accepted=outcome.failure_type is None, failure_type=outcome.failure_type,

@@ -40,8 +40,10 @@ def test_the_planner_says_what_to_compute_and_its_model_writes_the_program():
     requests = build_backend(s.models.planner).requests
     assert requests[0]["json_schema"] is not None and requests[1]["json_schema"] is None  # a free-form second call
     assert f"Step: {TASK}" in requests[1]["messages"][-1]["content"] and Q.question in requests[1]["messages"][-1]["content"]
-    first = [r for r in out.records if r.role is Role.planner][0]
+    first, second = [r for r in out.records if r.role is Role.planner]
     assert first.tokens_in > 0 and first.tool == "python"
+    assert (first.model_calls, second.model_calls) == (2, 1)  # the program call is counted where it was made
+    assert sum(r.calls_made() for r in out.records) == 4  # + the Generator; the Verifier asked no model
     assert out.answer.cost[Role.planner].calls == 2  # two planner turns (python, answer); the program call is inside the first
 
 

@@ -45,6 +45,7 @@ STEPS_SCHEMA = pa.schema([
     ("detail", pa.string()),
     ("ts", pa.timestamp("us", tz="UTC")),
     ("schema_version", pa.int32()),
+    ("model_calls", pa.int32()),
 ])
 
 # One row per step the Verifier judged: the whole step as it saw it (JudgedStep JSON) and the question with its
