@@ -97,3 +97,17 @@ def test_program_of_reads_the_fenced_block_or_the_bare_reply():
     assert program_of("text\n```python\nprint(1)\n```\nmore") == "print(1)"
     assert program_of("print(2)") == "print(2)"
     assert program_of("") == ""
+
+
+def test_the_where_programs_are_written_probe_runs_both_programs(tmp_path):
+    from flows.bench import programs
+
+    qs = tmp_path / "q.jsonl"
+    qs.write_text(json.dumps({"id": "a", "question": Q.question, "answer": "391"}) + "\n")
+    s = scripted_settings([plan("python", "print(17 + 23)"), "```python\nprint(17 * 23)\n```"])
+    counts = programs.compare([json.loads(qs.read_text())], s, tmp_path / "out.jsonl")
+    assert counts == {"questions": 1, "in_plan": 0, "fenced": 1, "planner_chose_python": 1}
+    row = json.loads((tmp_path / "out.jsonl").read_text())
+    assert row["in_plan_code"] == "print(17 + 23)" and row["fenced_code"] == "print(17 * 23)"
+    (tmp_path / "bad.jsonl").write_text('{"id": "a"}\n')
+    assert programs.main([str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 2
