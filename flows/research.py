@@ -33,6 +33,7 @@ from tasks.memory import EvolvingMemory
 from tasks.modules.executor import execute_step
 from tasks.modules.generator import generate_answer
 from tasks.modules.planner import plan_step
+from tasks.modules.programs import turn_calls
 from tasks.modules.tools import tool_cards
 from tasks.modules.verifier import verify_step
 from tasks.outcome import ResearchOutcome
@@ -60,9 +61,8 @@ class CallCosts:
         m = settings.models
         self.cards = tool_cards(settings)
         self._tokens = lambda cfg: cfg.max_input_tokens + cfg.max_tokens if cfg else 0
-        # with the program call a python turn is two calls of the Planner's model (tasks/modules/programs.py)
-        turn_calls = 2 if "python" in self.cards and self.cards["python"].program_call else 1
-        self.planner = CallCost(Role.planner, model_tokens=turn_calls * self._tokens(m.planner), calls=turn_calls)
+        calls = turn_calls(self.cards)  # a python turn with its program call: two calls of the Planner's model
+        self.planner = CallCost(Role.planner, model_tokens=calls * self._tokens(m.planner), calls=calls)
         self.verifier = CallCost(Role.verifier, model_tokens=self._tokens(m.verifier))
         self.generator = CallCost(Role.generator, model_tokens=self._tokens(m.generator), wall_s=settings.budget.answer_reserve_s)
         self._generalist = self._tokens(m.generalist)

@@ -38,7 +38,7 @@ from tasks.modules.prompts import (
     render_observation,
     transcript,
 )
-from tasks.modules.programs import total_usage, write_program
+from tasks.modules.programs import total_usage, turn_calls, write_program
 from tasks.modules.tools import tool_cards
 from tasks.outcome import ResearchOutcome
 
@@ -53,8 +53,8 @@ def run_monolithic(question: Question, settings: Settings, *, run_id: str, log: 
     promote = Planner(backend, cfg, cards, settings.memory.view_chars).promote
     schema = plan_draft_schema([*cards, ANSWER_TOOL])
     tokens = cfg.max_input_tokens + cfg.max_tokens
-    turn_calls = 2 if "python" in cards and cards["python"].program_call else 1  # the program call (programs.py)
-    turn_cost = CallCost(Role.planner, model_tokens=turn_calls * tokens, calls=turn_calls)
+    calls = turn_calls(cards)  # a python turn with its program call: two calls
+    turn_cost = CallCost(Role.planner, model_tokens=calls * tokens, calls=calls)
     final_cost = CallCost(Role.generator, model_tokens=tokens, wall_s=settings.budget.answer_reserve_s)
     budget = Budget(settings.budget, answer_reserve=final_cost)
     policy = StopPolicy(settings.budget)

@@ -14,7 +14,7 @@ import re
 
 from infra.models.base import ModelBackend
 from infra.runtime.settings import ModelConfig
-from tasks.contracts import ModelUsage, Plan
+from tasks.contracts import ModelUsage, Plan, ToolCard
 from tasks.modules.demos import CALC
 
 PROGRAM_SYSTEM = ("You write the Python program for one step of a research agent. Use only the quantities that the "
@@ -31,6 +31,11 @@ def program_of(text: str) -> str:
     """The program in a reply: its ```python block, else the reply itself (a model that forgets the fence)."""
     m = _BLOCK.search(text)
     return (m.group(1) if m else text.strip().strip("`")).strip()
+
+
+def turn_calls(cards: dict[str, ToolCard]) -> int:
+    """Model calls one Planner (or monolithic) turn may make: two when python steps get the program call."""
+    return 2 if "python" in cards and cards["python"].program_call else 1
 
 
 def _user(question: str, evidence: str, task: str) -> str:
