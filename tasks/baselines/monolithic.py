@@ -38,7 +38,7 @@ from tasks.modules.prompts import (
     render_observation,
     transcript,
 )
-from tasks.modules.programs import total_usage, turn_calls, write_program
+from tasks.modules.programs import turn_calls, with_program
 from tasks.modules.tools import tool_cards
 from tasks.outcome import ResearchOutcome
 
@@ -94,20 +94,15 @@ def run_monolithic(question: Question, settings: Settings, *, run_id: str, log: 
             continue
         card = cards.get(plan.tool)
         if card is not None and card.program_call:  # the same program call as the Planner's (tasks/modules/programs.py)
-            try:
-                written, program_usage, _ = write_program(plan, backend, cfg, question.question,
-                                                          transcript(observations, settings.memory.view_chars), deadline())
-            except ModelError as exc:
-                ledger.planner(step_id, PlanOutcome(usage=usage, failure_type=FailureType.model_error, error=str(exc)))
-                stop = policy.note_rejection(FailureType.model_error)
+            outcome = with_program(plan, usage, c.text, backend, cfg, question.question,
+                                   transcript(observations, settings.memory.view_chars), deadline())
+            if outcome.plan is None:
+                ledger.planner(step_id, outcome)
+                if outcome.failure_type is FailureType.schema:
+                    observations.append(f"(step {step_id}) your program reply held no ```python block")
+                stop = policy.note_rejection(outcome.failure_type)
                 continue
-            usage = total_usage([usage, program_usage])
-            if written is None:
-                ledger.planner(step_id, PlanOutcome(usage=usage, failure_type=FailureType.schema, error="no program"))
-                observations.append(f"(step {step_id}) your program reply held no ```python block")
-                stop = policy.note_rejection(FailureType.schema)
-                continue
-            plan = written
+            plan, usage = outcome.plan, outcome.usage
         ledger.planner(step_id, PlanOutcome(plan=plan, usage=usage))
         if plan.tool == ANSWER_TOOL:
             final_text = draft.tool_input.strip() or draft.sub_goal

@@ -21,7 +21,7 @@ from tasks.contracts import (
     Verdict,
     plan_draft_schema,
 )
-from tasks.modules.programs import total_usage, write_program
+from tasks.modules.programs import with_program
 from tasks.modules.prompts import ParseError, parse_json_reply, planner_messages, render_evidence
 from tasks.modules.tools import tool_cards
 
@@ -54,16 +54,9 @@ class Planner:
         card = self.cards.get(plan.tool)
         if card is None or not card.program_call:
             return PlanOutcome(plan=plan, usage=usage, raw=c.text)
-        try:  # tool_input said what to compute; the same model now writes the program (tasks/modules/programs.py)
-            written, program_usage, reply = write_program(plan, self.backend, self.config, question,
-                                                          render_evidence(view, self.view_chars), deadline_s)
-        except ModelError as exc:
-            return PlanOutcome(usage=usage, failure_type=FailureType.model_error, error=f"program call: {exc}", raw=c.text)
-        both = total_usage([usage, program_usage])
-        if written is None:
-            return PlanOutcome(usage=both, failure_type=FailureType.schema, error="the program call wrote no program",
-                               raw=f"{c.text}\n{reply}")
-        return PlanOutcome(plan=written, usage=both, raw=f"{c.text}\n{reply}")
+        # tool_input said what to compute; the same model now writes the program (tasks/modules/programs.py)
+        return with_program(plan, usage, c.text, self.backend, self.config, question,
+                            render_evidence(view, self.view_chars), deadline_s)
 
     def promote(self, draft: PlanDraft, step_id: int) -> Plan:
         """A draft becomes a Plan only if it names a known tool and gives that tool an input."""

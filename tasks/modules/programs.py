@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from infra.models.base import ModelBackend
+from infra.models.base import ModelBackend, ModelError
 from infra.runtime.settings import ModelConfig
-from tasks.contracts import ModelUsage, Plan, ToolCard
+from tasks.contracts import FailureType, ModelUsage, Plan, PlanOutcome, ToolCard
 from tasks.modules.demos import CALC
 
 PROGRAM_SYSTEM = ("You write the Python program for one step of a research agent. Use only the quantities that the "
@@ -53,17 +53,25 @@ def program_messages(question: str, evidence: str, task: str, demos: bool = Fals
             {"role": "user", "content": _user(question, evidence, task)}]
 
 
-def write_program(plan: Plan, backend: ModelBackend, config: ModelConfig, question: str, evidence: str,
-                  deadline_s: float | None = None) -> tuple[Plan | None, ModelUsage, str]:
-    """The python `plan` whose args hold the task, with the written program in its place (None: the reply holds no
-    program); the call's usage and reply. ModelError propagates."""
+def with_program(plan: Plan, usage: ModelUsage, raw: str, backend: ModelBackend, config: ModelConfig, question: str,
+                 evidence: str, deadline_s: float | None = None) -> PlanOutcome:
+    """The turn's outcome once the program call has written the program for the python `plan`, whose args hold the
+    task: the plan with the program in their place, both calls' usage and replies; a model error, or a reply that
+    holds no program, is the turn's failure (the Planner and the monolithic agent treat it as their own)."""
     task = str(plan.args.get("code", ""))
-    c = backend.complete(program_messages(question, evidence, task, config.demos), json_schema=None,
-                         max_tokens=min(config.max_tokens, PROGRAM_MAX_TOKENS), temperature=config.temperature,
-                         seed=config.seed, deadline_s=deadline_s)
-    usage = ModelUsage(model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out, latency_ms=c.latency_ms)
+    try:
+        c = backend.complete(program_messages(question, evidence, task, config.demos), json_schema=None,
+                             max_tokens=min(config.max_tokens, PROGRAM_MAX_TOKENS), temperature=config.temperature,
+                             seed=config.seed, deadline_s=deadline_s)
+    except ModelError as exc:
+        return PlanOutcome(usage=usage, failure_type=FailureType.model_error, error=f"program call: {exc}", raw=raw)
+    both = total_usage([usage, ModelUsage(model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out,
+                                          latency_ms=c.latency_ms)])
     code = program_of(c.text)
-    return (plan.model_copy(update={"args": {"code": code}}) if code else None), usage, c.text
+    if not code:
+        return PlanOutcome(usage=both, failure_type=FailureType.schema, error="the program call wrote no program",
+                           raw=f"{raw}\n{c.text}")
+    return PlanOutcome(plan=plan.model_copy(update={"args": {"code": code}}), usage=both, raw=f"{raw}\n{c.text}")
 
 
 def total_usage(usages: list[ModelUsage]) -> ModelUsage | None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tasks.contracts import ANSWER_TOOL, MemoryItem, PriorRecord, ToolCard, Verdict, utcnow
-from tasks.modules.demos import CASES, DIRECT_QUESTION, DIRECT_REPLY, cases_for
+from tasks.modules.demos import CASES, DIRECT_QUESTION, DIRECT_REPLY, DemoStep, cases_for
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -100,6 +100,12 @@ def tool_lines(cards: dict[str, ToolCard]) -> str:
     return "\n".join(f"- {c.name}: {c.description} (tool_input = {takes(c)})" for c in cards.values())
 
 
+def _demo_reply(step: DemoStep, cards: dict[str, ToolCard]) -> dict[str, str]:
+    """A worked step as the reply this run's cards ask for (a python step states its task under the program call)."""
+    card = cards.get(step.tool)
+    return step.reply(card is not None and card.program_call)
+
+
 def planner_messages(question: str, cards: dict[str, ToolCard], view: list[MemoryItem], feedback: Verdict | None,
                      max_chars: int, lessons: list[PriorRecord] | None = None, demos: bool = False,
                      reply_fields: list[str] | None = None) -> list[dict[str, str]]:
@@ -132,7 +138,7 @@ def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool,
     for case in cases_for(cards):
         for i, step in case.steps_like(started):
             user = f"Question: {case.question}\n\nEvidence so far:\n{render_evidence(case.view(i), max_chars)}\n\nNext step as JSON:"
-            reply = step.reply(cards[step.tool].program_call if step.tool in cards else False)
+            reply = _demo_reply(step, cards)
             if reply_fields:
                 reply = {f: reply.get(f, "") for f in reply_fields}
             turns += [{"role": "user", "content": user}, {"role": "assistant", "content": json.dumps(reply)}]
@@ -232,7 +238,7 @@ def monolithic_messages(question: str, cards: dict[str, ToolCard], observations:
         for i, step in case.steps_like(bool(observations)):
             done = [render_observation(j, case.plan(j, cards[s.tool].primary_arg), case.result(j))
                     for j, s in enumerate(case.steps[: i - 1], start=1)]
-            shown += [{"role": "user", "content": user(case.question, done)}, {"role": "assistant", "content": json.dumps(step.reply(cards[step.tool].program_call if step.tool in cards else False))}]
+            shown += [{"role": "user", "content": user(case.question, done)}, {"role": "assistant", "content": json.dumps(_demo_reply(step, cards))}]
     return [{"role": "system", "content": system}, *shown, {"role": "user", "content": user(question, observations)}]
 
 
