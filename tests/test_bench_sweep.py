@@ -69,6 +69,9 @@ def test_a_sweep_trains_each_configuration_reports_and_resumes(tmp_path):
     assert report["chosen"] in {"learning_rate=0.0001", "learning_rate=0.0003"}
     text = doc.read_text()
     assert "**(chosen)**" in text and text.endswith("\n\nafter\n") and "Chosen by the train-split curve only" in text
+    assert "`learning_rate=0.0003` per step:" in text and text.count("| safe stop |") == 2  # one curve per configuration
+    assert isinstance(first["tool_choices"], dict) and sum(first["tool_choices"].values()) > 0
+    assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 0
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["chosen"] == report["chosen"]
     # again: every configuration is done, nothing trains, the same curves come back
     before = (tmp_path / "sweep" / "learning_rate=0.0001" / "checkpoints" / "latest.json").stat().st_mtime

@@ -7,10 +7,11 @@ re-run resumes from the last checkpoint and a finished configuration is not trai
 
 Per configuration and step the sweep reports what says whether learning happens: mean reward, the share of
 groups with signal (not all rewards equal), KL to the reference, the reward's parts (correct, safe stop, tool
-cost, malformed plans: evaluator overfitting shows as parts that move without `correct`), held-out accuracy,
-seconds, tokens and peak RSS. The chosen configuration is picked by the **train-split curve only** (mean reward
-over the second half of the steps; ties: more groups with signal); held-out accuracy is reported, never used to
-choose. ``<out>/sweep.json`` holds it all; the table goes between the markers of ``--doc``.
+cost, malformed plans: evaluator overfitting shows as parts that move without `correct`), the Planner's tool
+choices (how its plans move), held-out accuracy, seconds, tokens and peak RSS. The chosen configuration is picked
+by the **train-split curve only** (mean reward over the second half of the steps; ties: more groups with signal);
+held-out accuracy is reported, never used to choose. ``<out>/sweep.json`` holds it all, ``<out>/sweep.png`` plots reward and KL per step; the summary table and
+each configuration's per-step table go between the markers of ``--doc``.
 
     python -m flows.bench.sweep --out bench-sweep --steps 8 \\
         --grid train.learning_rate=1e-5,1e-4,3e-4 --grid train.lora.r=8,16
@@ -86,9 +87,18 @@ def curve(run_dir: Path) -> list[dict[str, Any]]:
                      "signal_share": (1 - int(m.get("zero_signal_groups") or 0) / groups) if groups else None,
                      "kl": m["kl"], "val_accuracy": m.get("val_accuracy"), "wall_s": m["wall_s"],
                      "rollout_s": m["rollout_s"], "update_s": m["update_s"], "update_tokens": m["update_tokens"],
-                     "rss_mb": m["rss_mb"],
+                     "rss_mb": m["rss_mb"], "tool_choices": _counts(m.get("tool_choices")),
                      "reward_parts": {k: (sum(v) / len(v) if v else None) for k, v in p.items()}})
     return rows
+
+
+def _counts(raw: Any) -> dict[str, int]:
+    """The step's tool choices ({"python": 5, ...}; stored as JSON text): how the policy's plans move."""
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    except ValueError:
+        return {}
+    return {str(k): int(v) for k, v in sorted(data.items())} if isinstance(data, dict) else {}
 
 
 def train_score(rows: list[dict[str, Any]]) -> tuple[float, float]:
@@ -134,7 +144,45 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"\nBase: {', '.join(report['base']) or 'the defaults'}; world train split {report['train_questions']} "
                  f"questions (seed 0), held-out test split {report['val_questions']} (seed 1). "
                  "Chosen by the train-split curve only.")
+    lines += [_curves(r) for r in report["runs"] if r["curve"]]
     return "\n".join(lines)
+
+
+def _curves(run: dict[str, Any]) -> str:
+    """One configuration's steps: the reward and its parts (a part that moves while `correct` does not is the evaluator
+    being gamed), groups with signal, KL, the Planner's tool choices (the policy moving), held-out accuracy, time."""
+    f = (lambda v, p=3: "-" if v is None else f"{v:.{p}f}")
+    out = [f"\n`{run['name']}` per step:\n",
+           "| step | mean reward | correct | safe stop | tool cost | malformed | groups with signal | KL | tool choices | "
+           "held-out accuracy | s (rollout + update) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in run["curve"]:
+        p = r["reward_parts"]
+        tools = ", ".join(f"{k} {v}" for k, v in (r.get("tool_choices") or {}).items()) or "-"
+        out.append(f"| {r['step']} | {f(r['mean_reward'])} | {f(p.get('correct'))} | {f(p.get('safe_stop'))} | "
+                   f"{f(p.get('tool_cost'))} | {f(p.get('malformed_plan'))} | {f(r['signal_share'], 2)} | {f(r['kl'], 5)} | "
+                   f"{tools} | {f(r['val_accuracy'], 2)} | {f(r['wall_s'], 0)} ({f(r['rollout_s'], 0)} + "
+                   f"{f(r['update_s'], 0)}) |")
+    return "\n".join(out)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Mean reward and KL per step, one line per configuration (`<out>/sweep.png`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for r in report["runs"]:
+        steps = [c["step"] for c in r["curve"]]
+        ax_r.plot(steps, [c["mean_reward"] for c in r["curve"]], marker="o", label=r["name"])
+        ax_k.plot(steps, [c["kl"] or 0.0 for c in r["curve"]], marker="o", label=r["name"])
+    ax_r.set(xlabel="step", ylabel="mean reward (train split)", title="reward")
+    ax_k.set(xlabel="step", ylabel="KL to the reference", title="KL")
+    ax_r.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def write_doc(doc: Path, text: str) -> None:
@@ -187,6 +235,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
               "val_questions": val_questions, "runs": runs, "chosen": choose(runs),
               "chosen_by": "train split: mean reward over the second half of the steps, then groups with signal"}
     (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    plot(report, root / "sweep.png")
     if doc is not None:
         write_doc(Path(doc), render(report))
     return report
