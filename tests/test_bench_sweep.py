@@ -4,6 +4,7 @@ the reward's parts, the choice by the train split only, resuming, the doc sectio
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -79,6 +80,14 @@ def test_a_sweep_trains_each_configuration_reports_and_resumes(tmp_path):
                      val_questions=2, config=str(cfg))
     assert [r["curve"] for r in again["runs"]] == [r["curve"] for r in report["runs"]]
     assert (tmp_path / "sweep" / "learning_rate=0.0001" / "checkpoints" / "latest.json").stat().st_mtime == before
+    # records without checkpoints (as committed): --no-train reports the recorded steps of a longer sweep, trains none
+    for run in ("learning_rate=0.0001", "learning_rate=0.0003"):
+        shutil.rmtree(tmp_path / "sweep" / run / "checkpoints")
+    assert sw.main(["--out", str(tmp_path / "sweep"), "--grid", "train.learning_rate=1e-4,3e-4", "--steps", "4",
+                    "--train-questions", "3", "--val-questions", "2", "--no-train", *(f"--set={o}" for o in base),
+                    "--config", str(cfg)]) == 0
+    assert not (tmp_path / "sweep" / "learning_rate=0.0001" / "checkpoints").exists()
+    assert [r["steps"] for r in json.loads((tmp_path / "sweep" / "sweep.json").read_text())["runs"]] == [2, 2]
 
 
 def test_bad_configuration_is_refused_before_anything_trains(tmp_path):

@@ -207,15 +207,16 @@ def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[P
 
 
 def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, train_questions: int = 40,
-          val_questions: int = 16, config: str | None = None, doc: str | Path | None = None) -> dict[str, Any]:
+          val_questions: int = 16, config: str | None = None, doc: str | Path | None = None,
+          train: bool = True) -> dict[str, Any]:
     from flows.train import run_training
     from infra.runtime.settings import ConfigError, load_settings
 
     root = Path(out)
     configs = parse_grid(grid)
     root.mkdir(parents=True, exist_ok=True)
-    train, val = world_splits(root, train_questions, val_questions)
-    fixed = [f"train.train_questions={train}", f"train.val_questions={val}", f"train.steps={steps}"]
+    train_dir, val_dir = world_splits(root, train_questions, val_questions)
+    fixed = [f"train.train_questions={train_dir}", f"train.val_questions={val_dir}", f"train.steps={steps}"]
     settings_of = {}
     for cfg in configs:  # every configuration is checked before the first one trains
         try:
@@ -227,7 +228,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
         name = slug(cfg)
         run_dir = root / name
         done = len(_read(run_dir / "metrics")) if run_dir.is_dir() else 0
-        if done < steps:
+        if train and done < steps:
             run_training(settings_of[name], str(run_dir), resume=(run_dir / "checkpoints" / "latest.json").is_file(),
                          log_dir=str(root / "logs"))
         runs.append(summarize_run(name, cfg, curve(run_dir)))
@@ -251,13 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-questions", type=int, default=40)
     p.add_argument("--val-questions", type=int, default=16)
     p.add_argument("--doc", default=None, help="write the table between the sweep markers of this file")
+    p.add_argument("--no-train", action="store_true", help="report the recorded steps only (records without their "
+                   "checkpoints, e.g. bench/sweep): nothing trains")
     a = p.parse_args(argv)
     if a.steps < 1 or a.train_questions < 1 or a.val_questions < 1:
         print("error: --steps, --train-questions and --val-questions must be at least 1", file=sys.stderr)
         return 2
     try:
         report = sweep(a.out, a.grid, a.base, a.steps, train_questions=a.train_questions,
-                       val_questions=a.val_questions, config=a.config, doc=a.doc)
+                       val_questions=a.val_questions, config=a.config, doc=a.doc, train=not a.no_train)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
