@@ -10,8 +10,9 @@ groups with signal (not all rewards equal), KL to the reference, the reward's pa
 cost, malformed plans: evaluator overfitting shows as parts that move without `correct`), the Planner's tool
 choices (how its plans move), held-out accuracy, seconds, tokens and peak RSS. The chosen configuration is picked
 by the **train-split curve only** (mean reward over the second half of the steps; ties: more groups with signal);
-held-out accuracy is reported, never used to choose. ``<out>/sweep.json`` holds it all, ``<out>/sweep.png`` plots reward and KL per step; the summary table and
-each configuration's per-step table go between the markers of ``--doc``.
+held-out accuracy is reported, never used to choose. ``<out>/sweep.json`` holds it all, ``<out>/sweep.png`` plots
+reward and KL per step; the summary table and each configuration's per-step table go between the markers of
+``--doc``. ``--no-train`` reports the recorded steps without training (committed records have no checkpoints).
 
     python -m flows.bench.sweep --out bench-sweep --steps 8 \\
         --grid train.learning_rate=1e-5,1e-4,3e-4 --grid train.lora.r=8,16
