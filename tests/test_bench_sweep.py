@@ -45,6 +45,7 @@ def test_choice_uses_the_second_half_of_the_train_curve_only():
                                       "update_tokens": 1, "rss_mb": 1}])
     assert sw.choose([tie, b]) == "b"  # same reward, more groups with signal
     assert sw.choose([]) is None
+    assert sw.choose([tie, b], steps=2) == "b" and sw.choose([tie, b], steps=3) is None  # none reached 3 steps
 
 
 def test_a_sweep_trains_each_configuration_reports_and_resumes(tmp_path):

@@ -126,8 +126,10 @@ def summarize_run(name: str, config: dict[str, Any], rows: list[dict[str, Any]])
             "peak_rss_mb": max(r["rss_mb"] for r in rows) if rows else None}
 
 
-def choose(runs: list[dict[str, Any]]) -> str | None:
-    finished = [r for r in runs if r["steps"]]
+def choose(runs: list[dict[str, Any]], steps: int | None = None) -> str | None:
+    """The best train score among the configurations that reached `steps` (all that have any, when None): a run
+    cut short is scored over other steps (its second half is earlier in training), so it is not compared."""
+    finished = [r for r in runs if r["steps"] and (steps is None or r["steps"] >= steps)]
     return max(finished, key=lambda r: tuple(r["train_score"]))["name"] if finished else None
 
 
@@ -234,7 +236,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
                          log_dir=str(root / "logs"))
         runs.append(summarize_run(name, cfg, curve(run_dir)))
     report = {"base": base, "grid": grid, "steps": steps, "train_questions": train_questions,
-              "val_questions": val_questions, "runs": runs, "chosen": choose(runs),
+              "val_questions": val_questions, "runs": runs, "chosen": choose(runs, steps),
               "chosen_by": "train split: mean reward over the second half of the steps, then groups with signal"}
     (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     plot(report, root / "sweep.png")
