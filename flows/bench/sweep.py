@@ -133,6 +133,11 @@ def choose(runs: list[dict[str, Any]], steps: int | None = None) -> str | None:
     return max(finished, key=lambda r: tuple(r["train_score"]))["name"] if finished else None
 
 
+def _num(v: float | None, places: int = 3) -> str:
+    """A table cell: the number to `places` decimals, '-' when it was not measured."""
+    return "-" if v is None else f"{v:.{places}f}"
+
+
 def render(report: dict[str, Any]) -> str:
     head = ("| configuration | steps | reward first -> last | train score (2nd half) | groups with signal | max KL | "
             "held-out accuracy | s/step | tokens/step | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -140,10 +145,9 @@ def render(report: dict[str, Any]) -> str:
     for r in report["runs"]:
         mark = " **(chosen)**" if r["name"] == report["chosen"] else ""
         val = ", ".join(f"{v:.2f}" for v in r["val_accuracy"]) or "-"
-        f = (lambda v, p=3: "-" if v is None else f"{v:.{p}f}")
-        lines.append(f"| `{r['name']}`{mark} | {r['steps']} | {f(r['first_reward'])} -> {f(r['last_reward'])} | "
-                     f"{f(r['train_score'][0])} | {f(r['train_score'][1], 2)} | {f(r['max_kl'], 5)} | {val} | "
-                     f"{f(r['s_per_step'], 0)} | {f(r['tokens_per_step'], 0)} | {f(r['peak_rss_mb'], 0)} |")
+        lines.append(f"| `{r['name']}`{mark} | {r['steps']} | {_num(r['first_reward'])} -> {_num(r['last_reward'])} | "
+                     f"{_num(r['train_score'][0])} | {_num(r['train_score'][1], 2)} | {_num(r['max_kl'], 5)} | {val} | "
+                     f"{_num(r['s_per_step'], 0)} | {_num(r['tokens_per_step'], 0)} | {_num(r['peak_rss_mb'], 0)} |")
     lines.append(f"\nBase: {', '.join(report['base']) or 'the defaults'}; world train split {report['train_questions']} "
                  f"questions (seed 0), held-out test split {report['val_questions']} (seed 1). "
                  "Chosen by the train-split curve only.")
@@ -154,17 +158,16 @@ def render(report: dict[str, Any]) -> str:
 def _curves(run: dict[str, Any]) -> str:
     """One configuration's steps: the reward and its parts (a part that moves while `correct` does not is the evaluator
     being gamed), groups with signal, KL, the Planner's tool choices (the policy moving), held-out accuracy, time."""
-    f = (lambda v, p=3: "-" if v is None else f"{v:.{p}f}")
     out = [f"\n`{run['name']}` per step:\n",
            "| step | mean reward | correct | safe stop | tool cost | malformed | groups with signal | KL | tool choices | "
            "held-out accuracy | s (rollout + update) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in run["curve"]:
         p = r["reward_parts"]
         tools = ", ".join(f"{k} {v}" for k, v in (r.get("tool_choices") or {}).items()) or "-"
-        out.append(f"| {r['step']} | {f(r['mean_reward'])} | {f(p.get('correct'))} | {f(p.get('safe_stop'))} | "
-                   f"{f(p.get('tool_cost'))} | {f(p.get('malformed_plan'))} | {f(r['signal_share'], 2)} | {f(r['kl'], 5)} | "
-                   f"{tools} | {f(r['val_accuracy'], 2)} | {f(r['wall_s'], 0)} ({f(r['rollout_s'], 0)} + "
-                   f"{f(r['update_s'], 0)}) |")
+        out.append(f"| {r['step']} | {_num(r['mean_reward'])} | {_num(p.get('correct'))} | "
+                   f"{_num(p.get('safe_stop'))} | {_num(p.get('tool_cost'))} | {_num(p.get('malformed_plan'))} | "
+                   f"{_num(r['signal_share'], 2)} | {_num(r['kl'], 5)} | {tools} | {_num(r['val_accuracy'], 2)} | "
+                   f"{_num(r['wall_s'], 0)} ({_num(r['rollout_s'], 0)} + {_num(r['update_s'], 0)}) |")
     return "\n".join(out)
 
 
