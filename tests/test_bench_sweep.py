@@ -27,6 +27,20 @@ def test_grid_is_the_product_and_bad_axes_are_refused():
         sw.parse_grid(["train.learning_rate"])
 
 
+def test_vary_changes_one_key_at_a_time_around_the_first_grid_configuration():
+    got = sw.parse_grid(["train.learning_rate=1e-4,3e-4"], ["train.questions_per_step=4",
+                                                            "train.lora.target_modules=[q_proj,v_proj],[o_proj]"])
+    centre = {"train.learning_rate": 1e-4}
+    assert got == [centre, {"train.learning_rate": 3e-4}, {**centre, "train.questions_per_step": 4},
+                   {**centre, "train.lora.target_modules": ["q_proj", "v_proj"]},
+                   {**centre, "train.lora.target_modules": ["o_proj"]}]
+    assert sw.slug(got[3]) == "learning_rate=0.0001,target_modules=q_proj+v_proj"
+    with pytest.raises(sw.SweepError, match="on the grid already"):
+        sw.parse_grid(["train.lora.r=8,16"], ["train.lora.r=32"])
+    with pytest.raises(sw.SweepError, match="unbalanced"):
+        sw.parse_grid([], ["train.lora.target_modules=[q_proj"])
+
+
 def _row(step, reward, zero=0, groups=2):
     return {"step": step, "mean_reward": reward, "signal_share": 1 - zero / groups}
 

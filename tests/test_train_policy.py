@@ -111,6 +111,64 @@ def test_a_templated_turn_runs_its_prompt_once(tiny_dir):
     assert again[m].tolist() == pytest.approx(torch.tensor(turn.logprobs)[m].tolist(), abs=1e-4)
 
 
+def _input_lengths(policy):
+    seen: list[int] = []
+    hook = policy.model.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    return seen, hook
+
+
+def test_a_prompt_resumes_from_the_part_it_shares_with_the_last_one(tiny_dir):
+    """Planner prompts share a long system prompt: the second turn runs only its own tail on the first turn's keys
+    and values, and samples what a policy running the whole prompt samples, with the same logprobs."""
+    system = {"role": "system", "content": "You plan research steps. " * 20}
+    policy = PolicyModel(str(tiny_dir))
+    first = policy.encode_chat([system, {"role": "user", "content": "What is 17 * 23?"}])
+    second = policy.encode_chat([system, {"role": "user", "content": "Who wrote the ledger?"}])
+    shared = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+    kw = dict(max_new_tokens=24, temperature=1.0, seed=11, choices={"tool": ["python", "search", "answer"]})
+    policy.sample_fields(first, FIELDS, **kw)
+    seen, hook = _input_lengths(policy)
+    try:
+        turn = policy.sample_fields(second, FIELDS, **kw)
+    finally:
+        hook.remove()
+    key = len(policy.tokenizer.encode('{"tool": "', add_special_tokens=False))
+    assert seen[0] == len(second) + key - shared  # only the tail after the shared system prompt
+    whole = PolicyModel(str(tiny_dir)).sample_fields(second, FIELDS, **kw)
+    assert turn.completion_ids == whole.completion_ids
+    assert turn.logprobs == pytest.approx(whole.logprobs, abs=1e-5)
+    again, _ = policy.token_logprobs(turn.prompt_ids, turn.completion_ids, turn.temperature, allowed=turn.allowed)
+    m = torch.tensor(turn.mask, dtype=torch.bool)
+    assert again[m].tolist() == pytest.approx(torch.tensor(turn.logprobs)[m].tolist(), abs=1e-4)
+
+
+@pytest.mark.parametrize("change", ["load_lora_state", "learner_update"])
+def test_new_weights_forget_the_cached_prompt(tiny_dir, change):
+    """Keys and values cached under the old adapter are never reused after the weights change."""
+    from tasks.learn.grpo import Learner
+
+    system = {"role": "system", "content": "You plan research steps. " * 20}
+    policy = PolicyModel(str(tiny_dir), trainable=change == "learner_update")
+    prompt = policy.encode_chat([system, {"role": "user", "content": "What is 17 * 23?"}])
+    kw = dict(max_new_tokens=8, temperature=1.0, seed=3, choices={"tool": ["python", "search", "answer"]})
+    turn = policy.sample_fields(prompt, FIELDS, **kw)
+    if change == "load_lora_state":
+        policy.load_lora_state({k: v + 0.5 for k, v in policy.lora_state().items()})
+    else:
+        from tasks.learn.grpo import TurnSample
+
+        Learner(policy, learning_rate=1e-1).update([TurnSample(
+            prompt_ids=turn.prompt_ids, completion_ids=turn.completion_ids, logprobs=turn.logprobs,
+            mask=turn.mask, advantage=1.0, temperature=turn.temperature, allowed=turn.allowed)])
+    seen, hook = _input_lengths(policy)
+    try:
+        policy.sample_fields(prompt, FIELDS, **kw)
+    finally:
+        hook.remove()
+    assert seen[0] == len(prompt) + len(policy.tokenizer.encode('{"tool": "', add_special_tokens=False))
+
+
 def test_prompt_over_the_limit_is_refused(tiny_dir):
     settings = _policy_settings(tiny_dir)
     settings.models.planner.max_input_tokens = 16
@@ -213,3 +271,12 @@ def test_checkpoint_roundtrip(tiny_dir, tmp_path, where, request):
     opt = torch.load(local / "optimizer.pt", weights_only=False)
     Learner(back, learning_rate=1e-2).load_state_dict(opt)
     assert opt["state"]  # Adam moments were saved
+
+
+def test_the_sampling_benchmark_times_whole_and_resumed_prompts(tiny_dir):
+    from flows.bench.sampling import bench_policy_sampling
+
+    fig = bench_policy_sampling(str(tiny_dir), questions=2, turns_per_question=2, rounds=1)
+    assert fig["turns"] == 4 and min(fig["shared_with_previous_tokens"]) > 100
+    assert set(fig["median_s_per_turn"]) == {"whole", "resume"} and fig["speedup_resume_vs_whole"] > 0
+    assert fig["same_plans"]  # same seeds and weights: resuming changes the cost, not the plans

@@ -30,6 +30,7 @@ from typing import Any
 import typer
 
 from flows.bench.llama import FILLER
+from flows.bench.sampling import bench_policy_sampling
 from flows.bench.update import bench_policy_update
 
 bench_app = typer.Typer(add_completion=False, no_args_is_help=True)
@@ -492,8 +493,10 @@ def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 
          embed_model: str = typer.Option(None, help="Embedded model for the tokens/s figures (default: the registry's)."),
          model_latency_questions: int = 8, calibrate_questions: int = 3,
          only: list[str] = typer.Option([], help="Run only these benchmarks (orchestration, orchestration_at_model_latency, "
-                                                  "throughput, embedded_model, sandbox, search, policy_update)."),
-         update_model: str = typer.Option(None, help="Policy base for policy_update (default: the registry's)."),
+                                                  "throughput, embedded_model, sandbox, search, policy_update, "
+                                                  "policy_sampling)."),
+         update_model: str = typer.Option(None, help="Policy base for policy_update and policy_sampling "
+                                                   "(default: the registry's)."),
          update_rounds: int = 2) -> None:
     """Run the benchmarks and write one JSON file."""
     result: dict[str, Any] = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
@@ -516,7 +519,8 @@ def main(out: Path = typer.Option(Path("bench/results.json")), questions: int = 
                    ("embedded_model", lambda: bench_embedded(embed_tokens, embed_rounds, embed_model)),
                    ("sandbox", lambda: bench_sandbox(5)),
                    ("search", lambda: bench_search(work, 50)),
-                   ("policy_update", lambda: bench_policy_update(update_model, rounds=update_rounds))]
+                   ("policy_update", lambda: bench_policy_update(update_model, rounds=update_rounds)),
+                   ("policy_sampling", lambda: bench_policy_sampling(update_model, rounds=update_rounds))]
         for name, fn in benches:
             if only and name not in only:
                 continue

@@ -1,6 +1,7 @@
 """The Flow-GRPO pilot (#22): short training runs over a grid, to see whether the policy moves before a claim is spent.
 
-Every configuration of the grid (the product of the ``--grid KEY=V1,V2`` options over the base ``--set`` options)
+Every configuration of the grid (the product of the ``--grid KEY=V1,V2`` options over the base ``--set`` options, then
+each ``--vary KEY=V1,V2`` value alone on the grid's first configuration: one factor at a time around it)
 trains the Planner for ``--steps`` steps on the world's train split (generated, seed 0), validating on the
 test split (seed 1) every ``train.eval_every`` steps. Each run keeps its own directory ``<out>/<slug>``, so a
 re-run resumes from the last checkpoint and a finished configuration is not trained again.
@@ -16,6 +17,8 @@ reward and KL per step; the summary table and each configuration's per-step tabl
 
     python -m flows.bench.sweep --out bench-sweep --steps 8 \\
         --grid train.learning_rate=1e-5,1e-4,3e-4 --grid train.lora.r=8,16
+    python -m flows.bench.sweep --out bench-sweep --steps 5 --grid train.learning_rate=1e-4 \
+        --vary train.questions_per_step=4 --vary "train.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj]"
 """
 
 from __future__ import annotations
@@ -37,15 +40,42 @@ class SweepError(ValueError):
     """A sweep that cannot run as asked; the message says why."""
 
 
-def parse_grid(options: list[str]) -> list[dict[str, Any]]:
-    """['a=1,2', 'b=x'] -> [{'a': 1, 'b': 'x'}, {'a': 2, 'b': 'x'}] (numbers, then YAML scalars)."""
+def _axes(options: list[str], flag: str) -> list[list[tuple[str, Any]]]:
+    """['a=1,2', 'm=[x,y],[x]'] -> [[('a', 1), ('a', 2)], [('m', ['x', 'y']), ('m', ['x'])]]: values split at the commas
+    outside brackets, each read as a number, else a YAML scalar or list."""
     axes = []
     for opt in options:
         key, sep, values = opt.partition("=")
         if not sep or not key.strip() or not values.strip():
-            raise SweepError(f"--grid {opt!r}: write it as section.key=value1,value2")
-        axes.append([(key.strip(), _scalar(v)) for v in values.split(",") if v.strip()])
-    return [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+            raise SweepError(f"{flag} {opt!r}: write it as section.key=value1,value2")
+        parts, depth, cur = [], 0, ""
+        for ch in values:
+            depth += (ch == "[") - (ch == "]")
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        parts.append(cur)
+        if depth != 0:
+            raise SweepError(f"{flag} {opt!r}: unbalanced brackets")
+        axes.append([(key.strip(), _scalar(v)) for v in parts if v.strip()])
+    return axes
+
+
+def parse_grid(options: list[str], vary: list[str] | None = None) -> list[dict[str, Any]]:
+    """The configurations: the product of the `--grid` axes (['a=1,2', 'b=x'] -> [{'a': 1, 'b': 'x'}, {'a': 2, 'b': 'x'}]),
+    then for each `--vary` axis each of its values alone on the first of them (one factor at a time around that
+    centre: a product of five axes is more training than a pilot can afford)."""
+    axes = _axes(options, "--grid")
+    configs = [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+    centre = configs[0]
+    for axis in _axes(vary or [], "--vary"):
+        for key, value in axis:
+            if key in centre:
+                raise SweepError(f"--vary {key}: the key is on the grid already; vary it there or here")
+            configs.append({**centre, key: value})
+    return configs
 
 
 def _scalar(text: str) -> Any:
@@ -62,8 +92,10 @@ def _scalar(text: str) -> Any:
 
 
 def slug(config: dict[str, Any]) -> str:
-    """A directory name for one configuration: 'learning_rate=0.0001,r=8'; 'base' for the empty grid."""
-    return ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in config.items()) or "base"
+    """A directory name for one configuration: 'learning_rate=0.0001,r=8', a list as 'q_proj+v_proj'; 'base' for the
+    empty grid."""
+    return ",".join(f"{k.rsplit('.', 1)[-1]}={'+'.join(map(str, v)) if isinstance(v, list) else v}"
+                    for k, v in config.items()) or "base"
 
 
 def _read(folder: Path) -> list[dict[str, Any]]:
@@ -214,12 +246,12 @@ def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[P
 
 def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, train_questions: int = 40,
           val_questions: int = 16, config: str | None = None, doc: str | Path | None = None,
-          train: bool = True) -> dict[str, Any]:
+          train: bool = True, vary: list[str] | None = None) -> dict[str, Any]:
     from flows.train import run_training
     from infra.runtime.settings import ConfigError, load_settings
 
     root = Path(out)
-    configs = parse_grid(grid)
+    configs = parse_grid(grid, vary)
     root.mkdir(parents=True, exist_ok=True)
     train_dir, val_dir = world_splits(root, train_questions, val_questions)
     fixed = [f"train.train_questions={train_dir}", f"train.val_questions={val_dir}", f"train.steps={steps}"]
@@ -238,7 +270,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
             run_training(settings_of[name], str(run_dir), resume=(run_dir / "checkpoints" / "latest.json").is_file(),
                          log_dir=str(root / "logs"))
         runs.append(summarize_run(name, cfg, curve(run_dir)))
-    report = {"base": base, "grid": grid, "steps": steps, "train_questions": train_questions,
+    report = {"base": base, "grid": grid, "vary": list(vary or []), "steps": steps, "train_questions": train_questions,
               "val_questions": val_questions, "runs": runs, "chosen": choose(runs, steps),
               "chosen_by": "train split: mean reward over the second half of the steps, then groups with signal"}
     (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -253,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-sweep")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--grid", action="append", default=[], help="section.key=v1,v2 (repeatable: the product)")
+    p.add_argument("--vary", action="append", default=[], help="section.key=v1,v2 (repeatable): each value alone on "
+                   "the first grid configuration")
     p.add_argument("--set", dest="base", action="append", default=[], help="a fixed override for every run")
     p.add_argument("--config", default=None, help="a base configuration file (YAML/JSON)")
     p.add_argument("--train-questions", type=int, default=40)
@@ -266,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         report = sweep(a.out, a.grid, a.base, a.steps, train_questions=a.train_questions,
-                       val_questions=a.val_questions, config=a.config, doc=a.doc, train=not a.no_train)
+                       val_questions=a.val_questions, config=a.config, doc=a.doc, train=not a.no_train,
+                       vary=a.vary)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ real Planner prompts, timed side by side in one process, interleaved round by ro
 - ``whole``: every turn runs its whole prompt (train.share_prefix=0), one thread;
 - ``shared``: turns that share a prompt prefix (the Planner's system prompt and worked examples) run it once
   (the default, train.share_prefix=64), one thread;
-- ``shared_all_cores``: the same on every core the process may use (train.update_threads=0; the default is 1).
+- ``shared_all_cores``: the same on every core the process may use (train.update_threads=0, the default).
 
 The weights do not change between the timed updates (the optimizer step is skipped), so every variant computes
 the same gradient on the same policy; the ratios are the figures, each variant's seconds are printed beside them.

@@ -56,6 +56,10 @@ class Turn:
 FIELD_TOKENS = {"tool": 8}
 """Most sampled tokens per template field (others: DEFAULT_FIELD_TOKENS)."""
 DEFAULT_FIELD_TOKENS = 40
+REUSE_MIN_TOKENS = 64
+"""A prompt resumes from the previous prompt's keys and values when the two share at least this many leading tokens
+(every Planner prompt starts with the same ~380-token system prompt and worked examples): a turn then runs only its
+own tail. Fewer shared tokens are not worth the copy."""
 
 
 class _Cursor:
@@ -76,8 +80,13 @@ class _Cursor:
         if len(ids) > n:
             p = self.policy
             with p.lock, torch.no_grad():
+                fresh = n == 0
+                if fresh:
+                    n, self.cache = p._resume(ids)
                 out = p.model(input_ids=torch.tensor([ids[n:]], device=p.device), cache=self.cache, use_cache=True,
                               logits_to_keep=1)
+                if fresh:  # this prompt's keys and values: the next prompt resumes from its shared part
+                    p._last_prompt = (list(ids), [(layer.keys, layer.values) for layer in out.cache.layers])
             self.cache, self.last, self.ids = out.cache, out.logits[0, -1].float(), list(ids)
         return self.last
 
@@ -196,6 +205,8 @@ class PolicyModel:
         self.lock = threading.Lock()
         self.version = 0
         """Increases with every load_lora_state: which policy sampled a turn."""
+        self._last_prompt: tuple[list[int], list[tuple[Any, Any]]] | None = None
+        """The last sampled prompt's ids and each layer's keys and values under the current weights (see _resume)."""
 
     def _eos_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -367,6 +378,28 @@ class PolicyModel:
                 break
         return sampled, logps
 
+    def _resume(self, ids: list[int]):
+        """(tokens already run, their cache) for a new prompt: the part it shares with the last prompt, when that is at
+        least REUSE_MIN_TOKENS long; (0, None) otherwise. The stored tensors are sliced, never written: the cache
+        grows by concatenation. Caller holds the lock."""
+        if self._last_prompt is None:
+            return 0, None
+        prev, layers = self._last_prompt
+        limit = min(len(prev), len(ids) - 1)  # at least one token runs, for the next token's logits
+        n = 0
+        while n < limit and prev[n] == ids[n]:
+            n += 1
+        if n < REUSE_MIN_TOKENS:
+            return 0, None
+        from transformers import DynamicCache
+
+        return n, DynamicCache(ddp_cache_data=[(k[:, :, :n], v[:, :, :n]) for k, v in layers], config=self.model.config)
+
+    def weights_changed(self) -> None:
+        """Forget cached keys and values: they were computed under the previous adapter weights."""
+        with self.lock:
+            self._last_prompt = None
+
     def record(self, turn: Turn) -> None:
         with self.lock:
             self.turns.append(turn)
@@ -460,6 +493,7 @@ class PolicyModel:
             if unexpected:
                 raise ModelError(f"adapter state has unexpected keys: {unexpected[:3]}")
             self.version = self.version + 1 if version is None else version
+            self._last_prompt = None  # computed under the old weights
 
     def save_adapter(self, directory: str | Path) -> Path:
         """The PEFT adapter, plus `agentflow_policy.json` (how it replies: its template fields)."""

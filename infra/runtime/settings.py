@@ -354,8 +354,9 @@ class TrainConfig(_Section):
     torch_threads: int = Field(default=1, ge=1, description="torch threads per process (learner and each worker).")
     share_prefix: int = Field(default=64, ge=0, description="Turns of an update whose prompts share at least this many "
                               "tokens run the shared prefix once (same gradient, less compute); 0: every turn whole.")
-    update_threads: int = Field(default=1, ge=0, description="torch threads of the learner during the policy update, "
-                                "when the rollout workers are idle; 0: every core this process may run on.")
+    update_threads: int = Field(default=0, ge=0, description="torch threads of the learner during the policy update, "
+                                "when the rollout workers are idle; 0: every core this process may run on (x1.49 over "
+                                "one thread on 2 idle cores: `python -m flows.bench run --only policy_update`).")
     eval_every: int = Field(default=5, ge=0, description="Evaluate on val_questions every N steps (0: never).")
     eval_questions: int = Field(default=8, ge=1, description="How many validation questions per evaluation.")
     checkpoint_every: int = Field(default=5, ge=1, description="Save a checkpoint every N steps (and after the last).")

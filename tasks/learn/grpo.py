@@ -122,6 +122,7 @@ class Learner:
                 self.optimizer.step()
         finally:
             self.policy.model.eval()
+            self.policy.weights_changed()  # keys and values cached for sampling belong to the old weights
         stats.loss, stats.kl, stats.clip_frac = sums["loss"] / total, sums["kl"] / total, sums["clip"] / total
         stats.entropy, stats.ratio, stats.grad_norm = sums["ent"] / total, sums["ratio"] / total, float(norm)
         stats.updated = True
