@@ -19,7 +19,7 @@ def bench_policy_sampling(model: str | None = None, questions: int = 3, turns_pe
                           rounds: int = 2) -> dict[str, Any]:
     from flows.bench.update import planner_turns
     from flows.train import torch_threads
-    from infra.models.hf_policy import PolicyModel, schema_choices
+    from infra.models.hf_policy import PolicyModel, schema_choices, shared_length
     from tasks.contracts import plan_draft_schema
 
     t0 = time.perf_counter()
@@ -43,7 +43,7 @@ def bench_policy_sampling(model: str | None = None, questions: int = 3, turns_pe
                 times[name].append(time.perf_counter() - t)
                 plans[name] = [turn.completion_ids for turn in turns]
     med = {k: statistics.median(v) for k, v in times.items()}
-    shared = [sum(1 for _ in _common(prompts[i - 1], prompts[i])) for i in range(1, len(prompts))]
+    shared = [shared_length(prompts[i - 1], prompts[i]) for i in range(1, len(prompts))]
     return {
         "model": model or "registry default", "load_s": round(load_s, 1), "turns": len(prompts),
         "prompt_tokens_mean": round(statistics.mean(len(p) for p in prompts)),
@@ -54,10 +54,3 @@ def bench_policy_sampling(model: str | None = None, questions: int = 3, turns_pe
         "speedup_resume_vs_whole": round(med["whole"] / med["resume"], 2),
         "same_plans": plans["whole"] == plans["resume"],
     }
-
-
-def _common(a: list[int], b: list[int]):
-    for x, y in zip(a, b):
-        if x != y:
-            return
-        yield x

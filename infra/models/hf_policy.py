@@ -91,6 +91,14 @@ class _Cursor:
         return self.last
 
 
+def shared_length(a: list[int], b: list[int], limit: int | None = None) -> int:
+    """How many leading tokens `a` and `b` share (at most `limit`)."""
+    n, end = 0, min(len(a), len(b), len(a) if limit is None else limit)
+    while n < end and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def _closing_quote(text: str) -> int:
     """Index of the first double quote not escaped by a backslash, or -1."""
     i = 0
@@ -385,10 +393,7 @@ class PolicyModel:
         if self._last_prompt is None:
             return 0, None
         prev, layers = self._last_prompt
-        limit = min(len(prev), len(ids) - 1)  # at least one token runs, for the next token's logits
-        n = 0
-        while n < limit and prev[n] == ids[n]:
-            n += 1
+        n = shared_length(prev, ids, len(ids) - 1)  # at least one token runs, for the next token's logits
         if n < REUSE_MIN_TOKENS:
             return 0, None
         from transformers import DynamicCache

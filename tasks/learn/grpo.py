@@ -175,6 +175,8 @@ def shared_prefixes(samples: list[TurnSample], min_shared: int) -> list[tuple[in
     0 for a turn that shares none. Every prompt starts with the role's fixed part (system prompt, worked
     examples), so most turns of a batch share hundreds of tokens. The prefix stops one token short of the
     shortest prompt of its group, so each turn still runs the position that predicts its first token."""
+    from infra.models.hf_policy import shared_length
+
     if min_shared <= 0:
         return [(0, [s]) for s in samples]
     groups: list[tuple[int, list[TurnSample]]] = []
@@ -182,10 +184,7 @@ def shared_prefixes(samples: list[TurnSample], min_shared: int) -> list[tuple[in
         if groups:
             shared, group = groups[-1]
             head = group[0].prompt_ids
-            n = 0
-            limit = min(len(head) - 1 if shared == 0 else shared, len(s.prompt_ids) - 1)
-            while n < limit and head[n] == s.prompt_ids[n]:
-                n += 1
+            n = shared_length(head, s.prompt_ids, min(len(head) - 1 if shared == 0 else shared, len(s.prompt_ids) - 1))
             if n >= min_shared:
                 groups[-1] = (n, [*group, s])
                 continue
