@@ -17,7 +17,7 @@ reward and KL per step; the summary table and each configuration's per-step tabl
 
     python -m flows.bench.sweep --out bench-sweep --steps 8 \\
         --grid train.learning_rate=1e-5,1e-4,3e-4 --grid train.lora.r=8,16
-    python -m flows.bench.sweep --out bench-sweep --steps 5 --grid train.learning_rate=1e-4 \
+    python -m flows.bench.sweep --out bench-sweep --steps 5 --grid train.learning_rate=1e-4 \\
         --vary train.questions_per_step=4 --vary "train.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj]"
 """
 
