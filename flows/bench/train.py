@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--workers", type=int, default=1, help="rollout workers (Ray actors) during training")
     p.add_argument("--eval-workers", type=int, default=1,
                    help="processes sharing the evaluation's systems (2 on 2 cores: about half the evaluation time)")
-    p.add_argument("--max-steps", type=int, default=3, help="budget.max_steps (Planner turns) for training and evaluation")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="budget.max_steps (Planner turns) for training and evaluation (default: the configuration's, "
+                   "as in the pilot sweep)")
     p.add_argument("--checkpoint-every", type=int, default=5, help="an interrupted bench resumes from the last checkpoint")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for every run")
     p.add_argument("--only-seeds", default=None, help="comma-separated training seeds to run now (default: 0..seeds-1)")
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("--workers and --eval-workers must be at least 1")
     out = Path(a.out).resolve()
     earlier = Path(a.records) if a.records else None
+    if a.max_steps is None:  # recorded resolved: records pool only at equal budgets
+        a.max_steps = load_settings(None, a.overrides).budget.max_steps
     args = vars(a) | {"models": resolved_models(a.overrides)}
     load_records(out / "records", earlier, args)  # refuse a mismatch before hours of work
     out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     from infra.data.benchmarks import prepare
 
     eval_data = prepare("world", test_dir, out / "world-test-prepared")  # what `agentflow eval` reads
-    common = {"budget.max_steps": a.max_steps, "models.planner.max_tokens": 64, "models.generator.max_tokens": 96}
+    # The pilot's settings (flows/bench/sweep.py trains at the configuration's defaults): the claim must measure the
+    # configuration the pilot chose, so no token caps here; a --set still applies to both.
+    common = {"budget.max_steps": a.max_steps}
     report: dict = {"config": args, "seeds": {}, "judges": {
         "train": "verifier.mode=deterministic (checks only); reward = world scorer + safe-stop/tool-cost/malformed terms",
         "eval": f"verifier.mode=hybrid with models.verifier = embedded {args['models']['judge']} (LLM judge); "
@@ -120,8 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_s = time.perf_counter() - t0
         adapter = str(out / f"train-seed{seed}" / "checkpoints" / f"step-{a.steps:06d}" / "adapter")
         eval_settings = load_settings(None, a.overrides, **common, **{
-            "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "model": args["models"]["judge"],
-                                                           "max_tokens": 64}})
+            "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "model": args["models"]["judge"]}})
         clear_backend_cache()
         forget_policies()  # with workers=0 the learner is registered as the adapter-less policy: not the base
         t0 = time.perf_counter()
