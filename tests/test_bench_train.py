@@ -172,3 +172,68 @@ def test_records_of_other_models_do_not_pool(tmp_path):
     assert bt.resolved_models(["train.base_model=smollm2-135m"])["planner_base"] == "smollm2-135m"
     with pytest.raises(SystemExit, match="another configuration.*models"):
         bt.load_records(tmp_path, committed, _args())
+
+
+def _eval_dir(root, name, fingerprint, systems, questions=("world-test-00001", "world-test-00002")):
+    """An evaluation directory as `evaluate` leaves it: every table's part per unit, results last."""
+    import pyarrow as pa
+
+    from infra.runtime.storage import ResultStore
+
+    store = ResultStore(str(root / name))
+    schema = pa.schema([("unit", pa.string())])
+    for system in systems:
+        for qid in questions:
+            unit = f"{system}.s0.{qid}"
+            for table in bt.EVAL_TABLES:
+                store.write_part(table, unit, [{"unit": unit}], schema)
+    (root / name / "reuse.json").write_text(json.dumps(fingerprint))
+    return store
+
+
+def test_the_untrained_systems_run_once_and_their_units_are_copied_to_the_next_seed(tmp_path):
+    from infra.runtime.storage import ResultStore
+
+    mine = {"settings_sha256": "a", "questions_sha256": "q", "code_sha256": "c"}
+    _eval_dir(tmp_path, "eval-seed0", mine, bt.SYSTEMS)
+    target = tmp_path / "eval-seed1"
+    assert bt.reuse_untrained(tmp_path, target, mine) == "eval-seed0"
+    store = ResultStore(str(target))
+    for system in bt.SYSTEMS:  # evaluate skips a unit whose results part exists: the trained one still runs
+        assert store.has_part("parts/results", f"{system}.s0.world-test-00002") == (system in bt.UNTRAINED)
+    assert all(store.has_part(t, "modular.s0.world-test-00001") for t in bt.EVAL_TABLES)
+    assert json.loads((target / "reuse.json").read_text()) == mine
+
+
+@pytest.mark.parametrize("differs", ["settings_sha256", "code_sha256"])
+def test_units_of_other_settings_or_code_are_not_reused(tmp_path, differs):
+    from infra.runtime.storage import ResultStore
+
+    mine = {"settings_sha256": "a", "questions_sha256": "q", "code_sha256": "c"}
+    _eval_dir(tmp_path, "eval-seed0", mine | {differs: "other"}, bt.SYSTEMS)
+    assert bt.reuse_untrained(tmp_path, tmp_path / "eval-seed1", mine) is None
+    assert not ResultStore(str(tmp_path / "eval-seed1")).has_part("parts/results", "modular.s0.world-test-00001")
+
+
+def test_an_evaluation_begun_under_other_code_takes_nothing_in(tmp_path):
+    mine = {"settings_sha256": "a", "questions_sha256": "q", "code_sha256": "c"}
+    _eval_dir(tmp_path, "eval-seed0", mine, bt.SYSTEMS)
+    _eval_dir(tmp_path, "eval-seed1", mine | {"code_sha256": "old"}, ["modular-trained"])
+    assert bt.reuse_untrained(tmp_path, tmp_path / "eval-seed1", mine) is None
+    assert not (tmp_path / "eval-seed1" / "parts/results" / "part-modular.s0.world-test-00001.parquet").exists()
+
+
+def test_the_fingerprint_is_the_evaluations_own_plus_the_code(tmp_path):
+    from flows.bench.tables import code_sha256
+    from flows.evaluate import fingerprint, load_questions, with_data
+    from infra.data.benchmarks import prepare
+    from infra.data.world import generate_world, write_world
+    from infra.runtime.settings import load_settings
+
+    write_world(generate_world(seed=1, n_questions=3, split="test"), tmp_path / "raw")
+    data = prepare("world", tmp_path / "raw", tmp_path / "prepared")
+    settings = load_settings(None, [])
+    fp = bt.fingerprint_of(str(data), settings)
+    assert fp == fingerprint(load_questions(data, None), with_data(settings, data)) | {"code_sha256": code_sha256()}
+    assert bt.fingerprint_of(str(data), load_settings(None, ["budget.max_steps=2"]))["settings_sha256"] != fp[
+        "settings_sha256"]

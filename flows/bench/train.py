@@ -13,7 +13,9 @@ RSS; pooled over seeds, each system's accuracy and the paired differences (train
 trained - modular, ...) with 95% bootstrap intervals over questions, and whether the issue's target
 is met. Every training and evaluation directory stays under ``<out>``. Re-running the same command
 resumes: training from its last checkpoint (every ``--checkpoint-every`` steps and after the last),
-each evaluation from its finished units.
+each evaluation from its finished units. The three systems that never read the adapter do not depend on the
+training seed (one evaluation seed, same test split): a seed evaluated after another in the same ``<out>``, with
+the same code and settings, copies their units and runs modular-trained alone (``untrained_from`` in its record).
 
 One seed takes about 1 h 40 min on 2 CPU cores with --workers 2 --eval-workers 2 (measured figures in
 docs/training.md), so the seeds may run apart (other sessions, other machines):
@@ -129,6 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
             "verifier.mode": "hybrid", "models.verifier": {"backend": "embedded", "model": args["models"]["judge"]}})
         clear_backend_cache()
         forget_policies()  # with workers=0 the learner is registered as the adapter-less policy: not the base
+        eval_dir = out / f"eval-seed{seed}"
+        reused = reuse_untrained(out, eval_dir, fingerprint_of(str(eval_data), eval_settings))
         t0 = time.perf_counter()
         ev = evaluate_split("world", str(eval_data), SYSTEMS, str(out / f"eval-seed{seed}"), eval_settings,
                             adapter=adapter, workers=a.eval_workers)
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
             "mean_reward": [round(r["mean_reward"], 3) for r in summary.metrics],
             "zero_signal_groups": [r["zero_signal_groups"] for r in summary.metrics],
             "rss_mb": max((r["rss_mb"] for r in summary.metrics), default=None),
-            "eval_wall_this_run_s": round(eval_s, 1), "eval_workers": a.eval_workers,
+            "eval_wall_this_run_s": round(eval_s, 1), "eval_workers": a.eval_workers, "untrained_from": reused,
             "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
         }
         results = pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist()
@@ -157,6 +161,48 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 SYSTEMS = ["modular-trained", "modular-base", "modular", "monolithic"]
+# The systems that never read the adapter. Every seed evaluates them at the same evaluation seed on the same test
+# split, so with the same code and settings their units are the same computation in every seed (the SmolLM2
+# claim's three seeds recorded identical outcomes for all three): run once per --out, copied to the other seeds.
+UNTRAINED = ("modular-base", "modular", "monolithic")
+EVAL_TABLES = ("parts/steps", "parts/evidence", "parts/judged", "parts/results")  # results last: it marks a unit done
+
+
+def fingerprint_of(data: str, settings: Any) -> dict[str, str]:
+    """The fingerprint `evaluate` claims its --out with (questions and configuration), plus the behaviour code's."""
+    from flows.bench.tables import code_sha256
+    from flows.evaluate import fingerprint, load_questions, with_data
+
+    return fingerprint(load_questions(Path(data), None), with_data(settings, Path(data))) | {
+        "code_sha256": code_sha256()}
+
+
+def reuse_untrained(out: Path, eval_dir: Path, mine: dict[str, str]) -> str | None:
+    """Copy the untrained systems' finished units into this seed's evaluation from another seed's evaluation in
+    `out` that ran with the same fingerprint (`reuse.json`, written here before the first unit); returns the
+    source's name, or None when there is none (then this seed runs them itself)."""
+    import shutil
+
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    own = eval_dir / "reuse.json"
+    if own.is_file() and json.loads(own.read_text()) != mine:
+        return None  # an evaluation begun under other code or settings: resumed as it is, nothing mixed in
+    own.write_text(json.dumps(mine, indent=1) + "\n")
+    for source in sorted(out.glob("eval-seed*")):
+        if source == eval_dir or not (source / "reuse.json").is_file():
+            continue
+        if json.loads((source / "reuse.json").read_text()) != mine:
+            continue
+        units = [p.name for p in (source / "parts/results").glob("part-*.parquet")
+                 if p.name.removeprefix("part-").split(".s")[0] in UNTRAINED]
+        for table in EVAL_TABLES:
+            (eval_dir / table).mkdir(parents=True, exist_ok=True)
+            for name in units:
+                if (source / table / name).is_file() and not (eval_dir / table / name).exists():
+                    shutil.copy2(source / table / name, eval_dir / table / name)
+        if units:
+            return source.name
+    return None
 
 
 def evaluate_split(benchmark: str, data: str, systems: list[str], out: str, settings: Any, *,
@@ -232,7 +278,7 @@ def seed_record(seed: int, args: dict[str, Any], seed_report: dict[str, Any], re
         "config": {k: args[k] for k in COMPARABLE},
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **{k: seed_report[k] for k in ("accuracy", "train_s", "step_s", "mean_reward", "zero_signal_groups", "rss_mb")},
-        **{k: seed_report.get(k) for k in ("eval_wall_this_run_s", "eval_workers")},  # how it ran: not compared
+        **{k: seed_report.get(k) for k in ("eval_wall_this_run_s", "eval_workers", "untrained_from")},  # how it ran
         "outcomes": [{"system": r["system"], "question_id": str(r["question_id"]), "correct": bool(r["correct"])}
                      for r in results if r["system"] in SYSTEMS],
     }
