@@ -49,9 +49,12 @@ bench: models
 # with another judge configuration; modular-trained vs modular vs monolithic, same budget, BENCH_TRAIN_SEEDS seeds.
 BENCH_TRAIN_SEEDS ?= 3
 BENCH_TRAIN_STEPS ?= 20
-BENCH_TRAIN_ARGS ?=
+# The configuration the pilot sweep chose (docs/training.md); add --records DIR to pool with committed seed records.
+BENCH_TRAIN_CLAIM ?= --set train.learning_rate=1e-4
+BENCH_TRAIN_ARGS ?= --workers 2 --eval-workers 2
 bench-train: models
-	$(BIN)/python -m flows.bench.train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) $(BENCH_TRAIN_ARGS)
+	$(BIN)/python -m flows.bench.train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) \
+		$(BENCH_TRAIN_CLAIM) $(BENCH_TRAIN_ARGS)
 
 # The headline tables (docs/results.md; not part of `make test`): direct / monolithic / modular / modular-nomem on one
 # benchmark's first 50 questions, per seed, records in bench/tables that pool across sessions (flows/bench/tables.py).

@@ -20,7 +20,7 @@ from infra.models import build_backend
 from infra.runtime.settings import Settings
 from tasks.contracts import FailureType, Question, Role
 from tasks.eval.scorers import score_question
-from tasks.learn.reward import TrajectoryFacts, compute_reward, evidence_missing, gold_doc_ids
+from tasks.learn.reward import TrajectoryFacts, answerable, compute_reward, evidence_missing, gold_doc_ids
 from tasks.modules.tools import tool_cards
 
 INVALID_TOOL = "invalid"
@@ -61,7 +61,8 @@ def trajectory_facts(question: dict, outcome, settings: Settings, correct: bool)
     malformed = sum(1 for r in outcome.records if r.role is Role.planner and r.failure_type is FailureType.schema)
     accepted = [item.content for item in outcome.memory.accepted_view()]
     return TrajectoryFacts(correct=correct, status=outcome.answer.status.value, tool_calls=len(executed), tool_cost=cost,
-                           malformed_plans=malformed, evidence_missing=evidence_missing(accepted, gold_doc_ids(question)))
+                           malformed_plans=malformed, evidence_missing=evidence_missing(accepted, gold_doc_ids(question)),
+                           answerable=answerable(question))
 
 
 class RolloutWorker:

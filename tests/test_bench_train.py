@@ -12,7 +12,8 @@ from flows.bench import train as bt
 def _args(**over):
     args = {"seeds": 3, "steps": 20, "questions_per_step": 2, "group_size": 4, "train_questions": 40,
             "test_questions": 30, "max_steps": 3, "overrides": [], "only_seeds": None, "records": None,
-            "models": {"planner_base": "qwen2.5-coder-0.5b", "generator": "qwen2.5-coder-0.5b", "judge": "qwen2.5-coder-0.5b"}}
+            "models": {"planner_base": "qwen2.5-coder-0.5b", "generator": "qwen2.5-coder-0.5b", "judge": "qwen2.5-coder-0.5b"},
+            "training": bt.resolved_training([])}
     return args | over
 
 
@@ -237,3 +238,12 @@ def test_the_fingerprint_is_the_evaluations_own_plus_the_code(tmp_path):
     assert fp == fingerprint(load_questions(data, None), with_data(settings, data)) | {"code_sha256": code_sha256()}
     assert bt.fingerprint_of(str(data), load_settings(None, ["budget.max_steps=2"]))["settings_sha256"] != fp[
         "settings_sha256"]
+
+
+def test_records_trained_with_another_reward_are_refused(tmp_path):
+    """A changed default is caught too: the comparable configuration holds the resolved learning settings."""
+    old_rule = bt.resolved_training(["train.reward.safe_stop_when=evidence_missing"])
+    assert old_rule["reward"]["safe_stop_when"] == "evidence_missing" and "workers" not in old_rule
+    bt.write_record(tmp_path, _record(0, [1], [0], training=old_rule))
+    with pytest.raises(SystemExit, match="another configuration.*training"):
+        bt.load_records(tmp_path / "none", tmp_path, _args())

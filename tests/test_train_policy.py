@@ -15,7 +15,7 @@ pytest.importorskip("peft")
 
 from infra.models import build_backend, clear_backend_cache  # noqa: E402
 from infra.models.base import PromptTooLong  # noqa: E402
-from infra.models.hf_policy import PolicyModel, forget_policies, schema_choices  # noqa: E402
+from infra.models.hf_policy import PolicyModel, forget_policies, json_string_value, schema_choices  # noqa: E402
 from infra.runtime.settings import LoraSettings, ModelConfig  # noqa: E402
 from tasks.contracts import ANSWER_TOOL, Question, plan_draft_schema  # noqa: E402
 from tests.scripted import answer, plan, scripted_settings  # noqa: E402
@@ -280,3 +280,17 @@ def test_the_sampling_benchmark_times_whole_and_resumed_prompts(tiny_dir):
     assert fig["turns"] == 4 and min(fig["shared_with_previous_tokens"]) > 100
     assert set(fig["median_s_per_turn"]) == {"whole", "resume"} and fig["speedup_resume_vs_whole"] > 0
     assert fig["same_plans"]  # same seeds and weights: resuming changes the cost, not the plans
+
+
+@pytest.mark.parametrize(("raw", "value"), [
+    ("x = 1\\nprint(x * 2)", "x = 1\nprint(x * 2)"),  # a program sampled as a JSON string runs as lines
+    ('say \\"hi\\"', 'say "hi"'),
+    ("caf\\u00e9 \\\\ path", "café \\ path"),
+    ("a\nb", "a\nb"),  # a raw newline the model wrote is kept
+    ("cut mid-escape \\", "cut mid-escape \\"),  # a value cut by its token budget keeps its text
+    ("bad \\q escape", "bad \\q escape"),
+])
+def test_a_sampled_string_value_is_decoded_as_json(raw, value):
+    """The templated Planner's values are JSON string bodies: before this, "\\n" reached the sandbox as a backslash
+    and an n (SyntaxError: unexpected character after line continuation character) on every multi-line program."""
+    assert json_string_value(raw) == value

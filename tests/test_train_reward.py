@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.runtime.settings import RewardConfig
-from tasks.learn.reward import TrajectoryFacts, compute_reward, evidence_missing, gold_doc_ids
+from tasks.learn.reward import TrajectoryFacts, answerable, compute_reward, evidence_missing, gold_doc_ids
 
 
 def facts(**kw) -> TrajectoryFacts:
@@ -28,7 +28,26 @@ def test_wrong_answer_with_malformed_plans():
     assert r.total == pytest.approx(-0.3) and r.malformed_plan == pytest.approx(0.3)
 
 
-def test_safe_stop_only_when_evidence_really_is_missing_after_looking():
+def test_by_default_a_safe_stop_is_credited_only_on_a_question_without_an_answer():
+    assert CFG.safe_stop_when == "unanswerable"
+    stopped = dict(status="uncertain", tool_calls=1, tool_cost=1.0, evidence_missing=True)
+    # an answerable question the policy failed to research: stopping earns what a wrong answer earns
+    assert compute_reward(facts(**stopped), CFG).safe_stop == 0.0
+    assert compute_reward(facts(**stopped), CFG).total == compute_reward(facts(tool_calls=1, tool_cost=1.0), CFG).total
+    assert compute_reward(facts(**stopped, answerable=False), CFG).total == pytest.approx(0.25 - 0.02)
+    assert compute_reward(facts(**stopped | {"tool_calls": 0}, answerable=False), CFG).safe_stop == 0.0  # never looked
+    # a scorer that already counts the stop correct (the world's) pays once
+    r = compute_reward(facts(**stopped | {"correct": True}, answerable=False), CFG)
+    assert (r.correct, r.safe_stop) == (1.0, 0.0)
+
+
+def test_answerable_reads_the_expected_status():
+    assert answerable({"expected_status": "answered"}) and answerable({"question": "2+2?"})
+    assert not answerable({"expected_status": "uncertain"})
+
+
+def test_evidence_missing_rule_credits_a_stop_when_evidence_really_is_missing_after_looking():
+    CFG = RewardConfig(correct=1.0, safe_stop=0.25, tool_cost=0.02, malformed_plan=0.1, safe_stop_when="evidence_missing")
     looked = facts(status="uncertain", tool_calls=1, tool_cost=1.0, evidence_missing=True)
     assert compute_reward(looked, CFG).total == pytest.approx(0.25 - 0.02)
     # never looked: no credit for "I don't know"

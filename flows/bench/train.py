@@ -41,7 +41,10 @@ from typing import Any
 
 # What must be equal for seeds to be pooled: the measurement's own configuration, not how it was run.
 COMPARABLE = ("steps", "questions_per_step", "group_size", "train_questions", "test_questions", "max_steps", "overrides",
-              "models")
+              "models", "training")
+# How the Planner learns, resolved: a changed default (the reward's terms, the learning rate) must not pool silently.
+LEARNING = ("temperature", "template_fields", "learning_rate", "weight_decay", "max_grad_norm", "epochs_per_batch",
+            "clip_low", "clip_high", "kl_coef", "lora", "reward")
 
 
 def resolved_models(overrides: list[str]) -> dict[str, str]:
@@ -54,6 +57,13 @@ def resolved_models(overrides: list[str]) -> dict[str, str]:
     base = s.train.base_model or registry.DEFAULT_EMBEDDED
     return {"planner_base": base, "generator": s.models.generator.model_path or s.models.generator.model,
             "judge": s.models.generator.model}
+
+
+def resolved_training(overrides: list[str]) -> dict[str, Any]:
+    """The learning configuration a seed trains with, after the overrides (the train section less how it is run)."""
+    from infra.runtime.settings import load_settings
+
+    return load_settings(None, overrides).train.model_dump(mode="json", include=set(LEARNING))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
     earlier = Path(a.records) if a.records else None
     if a.max_steps is None:  # recorded resolved: records pool only at equal budgets
         a.max_steps = load_settings(None, a.overrides).budget.max_steps
-    args = vars(a) | {"models": resolved_models(a.overrides)}
+    args = vars(a) | {"models": resolved_models(a.overrides), "training": resolved_training(a.overrides)}
     load_records(out / "records", earlier, args)  # refuse a mismatch before hours of work
     out.mkdir(parents=True, exist_ok=True)
     train_dir, test_dir = out / "world-train", out / "world-test"

@@ -99,6 +99,17 @@ def shared_length(a: list[int], b: list[int], limit: int | None = None) -> int:
     return n
 
 
+def json_string_value(raw: str) -> str:
+    """A sampled JSON string body (up to its closing quote) as the text it encodes: escapes decoded, so a program
+    written as "x = 1\\nprint(x)" runs as two lines. A body that is not valid JSON keeps its text, quotes unescaped."""
+    import json as _json
+
+    try:
+        return _json.loads(f'"{raw}"', strict=False).strip()  # strict=False: a raw newline is kept
+    except ValueError:
+        return raw.replace('\\"', '"').strip()
+
+
 def _closing_quote(text: str) -> int:
     """Index of the first double quote not escaped by a backslash, or -1."""
     i = 0
@@ -354,7 +365,7 @@ class PolicyModel:
             allowed += [None] * len(sampled)
             text = self.tokenizer.decode(sampled, skip_special_tokens=True)
             q = _closing_quote(text)
-            values[name] = (text[:q] if q >= 0 else text).replace('\\"', '"').strip()
+            values[name] = json_string_value(text[:q] if q >= 0 else text)
             if q < 0 and len(sampled) >= budget:
                 finish = "length"
         tail = self.tokenizer.encode('"}', add_special_tokens=False)

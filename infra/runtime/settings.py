@@ -310,8 +310,11 @@ class RewardConfig(_Section):
     """Flow-GRPO reward terms on top of the benchmark's mechanical score (tasks/learn/reward.py)."""
 
     correct: float = Field(default=1.0, ge=0, description="Reward for a final answer the scorer accepts.")
-    safe_stop: float = Field(default=0.25, ge=0, description="Credit for stopping 'uncertain' when the evidence really "
-                             "is missing (tools were used and no accepted evidence holds the gold facts).")
+    safe_stop: float = Field(default=0.25, ge=0, description="Credit for stopping 'uncertain' after using tools, when "
+                             "safe_stop_when holds and the scorer did not already count the stop correct.")
+    safe_stop_when: Literal["unanswerable", "evidence_missing"] = Field(
+        default="unanswerable", description="unanswerable: only on questions without an answer (verified by the data); "
+        "evidence_missing: also on answerable ones whose gold facts no accepted evidence holds (pays for giving up).")
     tool_cost: float = Field(default=0.02, ge=0, description="Penalty per tool cost unit spent.")
     malformed_plan: float = Field(default=0.1, ge=0, description="Penalty per Planner output that was not a valid plan.")
 
