@@ -17,7 +17,7 @@ each evaluation from its finished units. The three systems that never read the a
 training seed (one evaluation seed, same test split): a seed evaluated after another in the same ``<out>``, with
 the same code and settings, copies their units and runs modular-trained alone (``untrained_from`` in its record).
 
-One seed takes about 1 h 40 min on 2 CPU cores with --workers 2 --eval-workers 2 (measured figures in
+One seed took about 2 h 10 min with the 0.5B on 2 CPU cores with --workers 2 --eval-workers 2 (figures in
 docs/training.md), so the seeds may run apart (other sessions, other machines):
 ``--only-seeds 1`` runs seed 1 alone. After every seed, ``<out>/records/seed<K>.json`` holds its compact
 record (configuration, commit, accuracy, training time, and each question's 0/1 outcome per system; the
@@ -27,7 +27,7 @@ counts as met only when all ``--seeds`` seeds are pooled.
 
     python -m flows.bench.train --out bench-train --seeds 3 --steps 20 --train-questions 40 --test-questions 30
     python -m flows.bench.train --out bench-train --seeds 3 --only-seeds 2 --workers 2 --eval-workers 2 \
-        --records bench/train-claim
+        --set train.learning_rate=1e-4 --records bench/train-claim-qwen
 """
 
 from __future__ import annotations
