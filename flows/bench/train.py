@@ -144,10 +144,10 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dir = out / f"eval-seed{seed}"
         reused = reuse_untrained(out, eval_dir, fingerprint_of(str(eval_data), eval_settings))
         t0 = time.perf_counter()
-        ev = evaluate_split("world", str(eval_data), SYSTEMS, str(out / f"eval-seed{seed}"), eval_settings,
+        ev = evaluate_split("world", str(eval_data), SYSTEMS, str(eval_dir), eval_settings,
                             adapter=adapter, workers=a.eval_workers)
         eval_s = time.perf_counter() - t0
-        summary_json = json.loads((out / f"eval-seed{seed}" / "summary.json").read_text())
+        summary_json = json.loads((eval_dir / "summary.json").read_text())
         report["seeds"][seed] = {
             "accuracy": {name: m["accuracy"]["mean"] for name, m in summary_json["systems"].items()},
             "train_s": round(sum(r["wall_s"] for r in summary.metrics), 1),  # the steps' own time: resume-proof
@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> dict:
             "zero_signal_groups": [r["zero_signal_groups"] for r in summary.metrics],
             "rss_mb": max((r["rss_mb"] for r in summary.metrics), default=None),
             "eval_wall_this_run_s": round(eval_s, 1), "eval_workers": a.eval_workers, "untrained_from": reused,
-            "eval": str(getattr(ev, "out", out / f"eval-seed{seed}")),
+            "eval": str(getattr(ev, "out", eval_dir)),
         }
-        results = pq.read_table(out / f"eval-seed{seed}" / "results.parquet").to_pylist()
+        results = pq.read_table(eval_dir / "results.parquet").to_pylist()
         write_record(out / "records", seed_record(seed, args, report["seeds"][seed], results))
         (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
     records = load_records(out / "records", earlier, args)  # again: now with this run's seeds

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from infra.runtime.storage import ResultStore
+from tasks.learn.reward import answerable
 from tasks.checks import explicit_claim, numbers_in, tokens
 from tasks.checks.context import derived_claim
 from tasks.checks.quantities import last_number, printed_operands, program_numbers, stated_quantities
@@ -165,7 +166,7 @@ def label(row: JudgedRow, with_rejected: bool = False) -> tuple[str | None, str]
         return None, "rejected_not_gold"
     if row.answered_correctly:
         return None, ("accepted" if row.step.verdict.accepted else "rejected") + "_on_a_correct_answer"
-    if str(row.record.get("expected_status") or "answered") != "answered":
+    if not answerable(row.record):
         return None, "question_expects_no_answer"
     number = last_number(value)
     if number is not None and number >= 0 and number in _solution_values(row.record):
