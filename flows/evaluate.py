@@ -164,8 +164,22 @@ class EvalSummary:
 # --------------------------------------------------------------------------- inputs
 
 
+# A unit's part tables in the order they are written: a results part marks the unit finished, so it comes last.
+UNIT_TABLES = ("parts/steps", "parts/evidence", "parts/judged", "parts/results")
+
+
 def unit_key(system: str, seed: int, question_id: str) -> str:
     return f"{system}.s{seed}.{question_id}"
+
+
+def unit_system(part_name: str) -> str:
+    """The system (or variant label) of a part file named from `unit_key`: ``part-<system>.s<seed>.<question>``."""
+    import re
+
+    found = re.match(r"(.+?)\.s\d+\.", part_name.removeprefix("part-"))
+    if not found:
+        raise ValueError(f"{part_name}: not a unit's part name (<system>.s<seed>.<question>)")
+    return found.group(1)
 
 
 def variant_label(system: str, memory: str, attempt: int, plain: bool) -> str:
@@ -462,11 +476,12 @@ def evaluate(benchmark: str, data: str, systems: list[str], seeds: int, out: str
                         result = evaluate_question(label, s, qid, record, per_run[(label, s)], run_id,
                                                    str(log_dir / f"{label}.s{s}.jsonl"), options, base=n, memory=m,
                                                    attempt=a, planted=plants.get(qid))
-                        # steps and evidence first: a results part marks the unit finished
-                        store.write_part("parts/steps", unit, result.steps, STEPS_EVAL_SCHEMA)
-                        store.write_part("parts/evidence", unit, result.evidence, EVIDENCE_SCHEMA)
-                        store.write_part("parts/judged", unit, result.judged, JUDGED_EVAL_SCHEMA)
-                        store.write_part("parts/results", unit, [result.row], RESULTS_SCHEMA)
+                        parts = {"parts/steps": (result.steps, STEPS_EVAL_SCHEMA),
+                                 "parts/evidence": (result.evidence, EVIDENCE_SCHEMA),
+                                 "parts/judged": (result.judged, JUDGED_EVAL_SCHEMA),
+                                 "parts/results": ([result.row], RESULTS_SCHEMA)}
+                        for table in UNIT_TABLES:
+                            store.write_part(table, unit, *parts[table])
                         done += 1
                         right += int(result.row["correct"])
                         bar.update(job, advance=1, correct=f"{right}/{done} right")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from flows.bench import train as bt
+from flows.evaluate import UNIT_TABLES, unit_key, unit_system
 
 
 def _args(**over):
@@ -186,7 +187,7 @@ def _eval_dir(root, name, fingerprint, systems, questions=("world-test-00001", "
     for system in systems:
         for qid in questions:
             unit = f"{system}.s0.{qid}"
-            for table in bt.EVAL_TABLES:
+            for table in UNIT_TABLES:
                 store.write_part(table, unit, [{"unit": unit}], schema)
     (root / name / "reuse.json").write_text(json.dumps(fingerprint))
     return store
@@ -202,7 +203,7 @@ def test_the_untrained_systems_run_once_and_their_units_are_copied_to_the_next_s
     store = ResultStore(str(target))
     for system in bt.SYSTEMS:  # evaluate skips a unit whose results part exists: the trained one still runs
         assert store.has_part("parts/results", f"{system}.s0.world-test-00002") == (system in bt.UNTRAINED)
-    assert all(store.has_part(t, "modular.s0.world-test-00001") for t in bt.EVAL_TABLES)
+    assert all(store.has_part(t, "modular.s0.world-test-00001") for t in UNIT_TABLES)
     assert json.loads((target / "reuse.json").read_text()) == mine
 
 
@@ -247,3 +248,14 @@ def test_records_trained_with_another_reward_are_refused(tmp_path):
     bt.write_record(tmp_path, _record(0, [1], [0], training=old_rule))
     with pytest.raises(SystemExit, match="another configuration.*training"):
         bt.load_records(tmp_path / "none", tmp_path, _args())
+
+
+@pytest.mark.parametrize("system", ["modular-trained", "modular-base", "modular", "monolithic", "modular-nomem",
+                                    "modular.persistent.a2", "direct.run.a1"])
+def test_unit_system_reads_back_the_system_a_part_was_named_for(system):
+    assert unit_system(f"part-{unit_key(system, 12, 'world-test-00003.s1.x')}.parquet") == system
+
+
+def test_unit_system_refuses_a_name_that_is_not_a_unit():
+    with pytest.raises(ValueError, match="not a unit's part name"):
+        unit_system("part-results.parquet")

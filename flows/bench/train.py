@@ -175,7 +175,6 @@ SYSTEMS = ["modular-trained", "modular-base", "modular", "monolithic"]
 # split, so with the same code and settings their units are the same computation in every seed (the SmolLM2
 # claim's three seeds recorded identical outcomes for all three): run once per --out, copied to the other seeds.
 UNTRAINED = ("modular-base", "modular", "monolithic")
-EVAL_TABLES = ("parts/steps", "parts/evidence", "parts/judged", "parts/results")  # results last: it marks a unit done
 
 
 def fingerprint_of(data: str, settings: Any) -> dict[str, str]:
@@ -193,6 +192,8 @@ def reuse_untrained(out: Path, eval_dir: Path, mine: dict[str, str]) -> str | No
     source's name, or None when there is none (then this seed runs them itself)."""
     import shutil
 
+    from flows.evaluate import UNIT_TABLES, unit_system
+
     eval_dir.mkdir(parents=True, exist_ok=True)
     own = eval_dir / "reuse.json"
     if own.is_file() and json.loads(own.read_text()) != mine:
@@ -203,9 +204,8 @@ def reuse_untrained(out: Path, eval_dir: Path, mine: dict[str, str]) -> str | No
             continue
         if json.loads((source / "reuse.json").read_text()) != mine:
             continue
-        units = [p.name for p in (source / "parts/results").glob("part-*.parquet")
-                 if p.name.removeprefix("part-").split(".s")[0] in UNTRAINED]
-        for table in EVAL_TABLES:
+        units = [p.name for p in (source / "parts/results").glob("part-*.parquet") if unit_system(p.name) in UNTRAINED]
+        for table in UNIT_TABLES:
             (eval_dir / table).mkdir(parents=True, exist_ok=True)
             for name in units:
                 if (source / table / name).is_file() and not (eval_dir / table / name).exists():
