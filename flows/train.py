@@ -349,7 +349,7 @@ class Trainer:
     def update(self, groups: list[list[Trajectory]]):
         from tasks.learn.grpo import group_samples
 
-        samples, stats = group_samples(groups)
+        samples, stats = group_samples(groups, scale=self.cfg.advantage_scale)
         with torch_threads(update_threads(self.cfg)):  # the workers wait for this update: it may take more cores
             result = self.learner.update(samples)
         if result.updated:

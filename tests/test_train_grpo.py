@@ -30,13 +30,31 @@ def _policy(tiny_dir, **kw):
 
 def test_group_advantages_by_hand():
     # rewards 1,0,0,1: mean 0.5, sample std sqrt(4 * 0.25 / 3) = sqrt(1/3)
-    g = group_advantages([1.0, 0.0, 0.0, 1.0])
+    g = group_advantages([1.0, 0.0, 0.0, 1.0], scale="std")
     s = math.sqrt(1 / 3)
     assert not g.zero_signal and g.mean == 0.5 and g.std == pytest.approx(s)
     assert g.advantages == pytest.approx([0.5 / (s + 1e-6), -0.5 / (s + 1e-6), -0.5 / (s + 1e-6), 0.5 / (s + 1e-6)])
     # 1,0,0: mean 1/3, std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3)
-    g = group_advantages([1.0, 0.0, 0.0])
+    g = group_advantages([1.0, 0.0, 0.0], scale="std")
     assert g.advantages == pytest.approx([(2 / 3) / s, -(1 / 3) / s, -(1 / 3) / s], rel=1e-5)
+    # centred only (the default): the same groups, r - mean
+    assert group_advantages([1.0, 0.0, 0.0, 1.0]).advantages == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert group_advantages([1.0, 0.0, 0.0]).advantages == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+
+
+def test_a_group_differing_only_in_tool_cost_stays_small_unless_scaled_by_its_std():
+    # Seed 0 of the 0.5B claim, step 16: nobody right, rewards are minus the tool cost. Divided by the group's
+    # std they become as large as a right-vs-wrong group's: the update taught the Planner to stop early.
+    cost_only, right_wrong = [0.0, -0.02, -0.06, -0.02], [0.98, -0.02, -0.04, -0.02]
+    assert max(map(abs, group_advantages(cost_only).advantages)) == pytest.approx(0.035)
+    assert max(map(abs, group_advantages(right_wrong).advantages)) == pytest.approx(0.755)
+    scaled = [max(map(abs, group_advantages(g, scale="std").advantages)) for g in (cost_only, right_wrong)]
+    assert scaled[0] > 1.2 and scaled[1] < 1.6  # about the same size: 1.39 and 1.50
+
+
+def test_an_unknown_advantage_scale_is_refused():
+    with pytest.raises(ValueError, match="advantage scale 'z'"):
+        group_advantages([1.0, 0.0], scale="z")
 
 
 def test_all_equal_group_carries_no_signal():
@@ -60,11 +78,13 @@ def test_reward_broadcast_to_every_turn_and_normalised_over_trajectories_not_tur
     # (Over turns it would be mean 0.75 and four values: not what we want.)
     long_, short = _Traj(1.0, [_turn(2), _turn(1), _turn(4)]), _Traj(0.0, [_turn(3)])
     flat = _Traj(0.5, [_turn(1)])
-    samples, stats = group_samples([[long_, short], [flat, _Traj(0.5, [_turn(2)])]])
+    samples, stats = group_samples([[long_, short], [flat, _Traj(0.5, [_turn(2)])]], scale="std")
     assert [s.zero_signal for s in stats] == [False, True]
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert [s.advantage for s in samples] == pytest.approx([a, a, a, -a])  # zero-signal group: no samples
     assert [len(s.completion_ids) for s in samples] == [2, 1, 4, 3]
+    centred, _ = group_samples([[long_, short]])
+    assert [s.advantage for s in centred] == pytest.approx([0.5, 0.5, 0.5, -0.5])
 
 
 # --------------------------------------------------------------------------- loss

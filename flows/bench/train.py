@@ -43,8 +43,8 @@ from typing import Any
 COMPARABLE = ("steps", "questions_per_step", "group_size", "train_questions", "test_questions", "max_steps", "overrides",
               "models", "training")
 # How the Planner learns, resolved: a changed default (the reward's terms, the learning rate) must not pool silently.
-LEARNING = ("temperature", "template_fields", "learning_rate", "weight_decay", "max_grad_norm", "epochs_per_batch",
-            "clip_low", "clip_high", "kl_coef", "lora", "reward")
+LEARNING = ("temperature", "template_fields", "advantage_scale", "learning_rate", "weight_decay", "max_grad_norm",
+            "epochs_per_batch", "clip_low", "clip_high", "kl_coef", "lora", "reward")
 
 
 def resolved_models(overrides: list[str]) -> dict[str, str]:

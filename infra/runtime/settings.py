@@ -342,6 +342,10 @@ class TrainConfig(_Section):
     template_fields: list[str] = Field(default_factory=lambda: ["tool", "tool_input", "sub_goal"], description=
                                        "The Planner replies with these JSON fields (keys forced, values sampled, the "
                                        "tool among the allowed tools); []: free text (small models rarely write valid plans).")
+    advantage_scale: Literal["none", "std"] = Field(
+        default="none", description="none: advantage r - mean over the question's group (Dr. GRPO); std: divided by "
+        "the group's std too (GRPO), which makes a group differing only in tool cost push as hard as one differing in "
+        "correctness: on the 0.5B it taught the Planner to stop early (docs/training.md).")
     learning_rate: float = Field(default=5e-5, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0)

@@ -1,8 +1,12 @@
 """Flow-GRPO: group-normalised trajectory advantages and the token-level clipped objective with a KL penalty.
 
 - A trajectory's reward is broadcast to every Planner turn it contains; advantages are normalised
-  within the group of G trajectories of one question (mean and sample standard deviation over
-  trajectories, not turns: a trajectory's advantage does not depend on how many turns it took).
+  within the group of G trajectories of one question, over trajectories, not turns (a trajectory's
+  advantage does not depend on how many turns it took): ``r - mean`` (``scale="none"``, Dr. GRPO) or
+  ``(r - mean) / std`` with the sample standard deviation (``scale="std"``, GRPO). Dividing by the
+  std makes every group's advantages unit-sized, so a group whose trajectories differ only by the
+  small cost terms (none answered right) pushes as hard as one that differs in being right: on the
+  0.5B that taught the Planner to stop early (docs/training.md). Centring alone keeps a cost a cost.
 - A group whose rewards are all equal carries no signal: its advantages are zero, it is counted
   (``zero_signal``) and its turns are left out of the update.
 - Per token: ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * k3``, with
@@ -27,8 +31,14 @@ class GroupAdvantages:
     std: float
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> GroupAdvantages:
-    """(r - mean) / (std + eps) over the trajectories of one group; all-equal rewards: zeros, zero_signal."""
+ADVANTAGE_SCALES = ("none", "std")
+
+
+def group_advantages(rewards: Sequence[float], eps: float = 1e-6, scale: str = "none") -> GroupAdvantages:
+    """r - mean (scale "none") or (r - mean) / (std + eps) (scale "std") over the trajectories of one group;
+    all-equal rewards: zeros, zero_signal."""
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"advantage scale {scale!r}: use one of {', '.join(ADVANTAGE_SCALES)}")
     n = len(rewards)
     if n == 0:
         return GroupAdvantages([], True, 0.0, 0.0)
@@ -36,7 +46,8 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> GroupAdvant
     if max(rewards) - min(rewards) <= 1e-12:
         return GroupAdvantages([0.0] * n, True, mean, 0.0)
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
-    return GroupAdvantages([(r - mean) / (std + eps) for r in rewards], False, mean, std)
+    divisor = std + eps if scale == "std" else 1.0
+    return GroupAdvantages([(r - mean) / divisor for r in rewards], False, mean, std)
 
 
 def token_loss(new_logp, old_logp, ref_logp, advantage, *, clip_low: float, clip_high: float, kl_coef: float):
@@ -192,13 +203,15 @@ def shared_prefixes(samples: list[TurnSample], min_shared: int) -> list[tuple[in
     return [(shared if len(group) > 1 else 0, group) for shared, group in groups]
 
 
-def group_samples(groups: list[list[Any]], eps: float = 1e-6) -> tuple[list[TurnSample], list[GroupAdvantages]]:
+def group_samples(groups: list[list[Any]], eps: float = 1e-6, scale: str = "none"
+                  ) -> tuple[list[TurnSample], list[GroupAdvantages]]:
     """Turn samples of a batch: each group's trajectories (objects with .reward and .turns as dicts) get their
-    group-normalised advantage, broadcast to every turn; zero-signal groups contribute no samples."""
+    group-normalised advantage (`group_advantages`), broadcast to every turn; zero-signal groups contribute no
+    samples."""
     samples: list[TurnSample] = []
     stats: list[GroupAdvantages] = []
     for group in groups:
-        adv = group_advantages([t.reward for t in group], eps)
+        adv = group_advantages([t.reward for t in group], eps, scale)
         stats.append(adv)
         if adv.zero_signal:
             continue
