@@ -294,3 +294,25 @@ def test_a_sampled_string_value_is_decoded_as_json(raw, value):
     """The templated Planner's values are JSON string bodies: before this, "\\n" reached the sandbox as a backslash
     and an n (SyntaxError: unexpected character after line continuation character) on every multi-line program."""
     assert json_string_value(raw) == value
+
+
+def test_a_sub_goal_is_capped_and_the_tool_input_may_use_what_the_reply_leaves():
+    from infra.models.hf_policy import DEFAULT_FIELD_TOKENS, field_budget
+
+    assert field_budget("sub_goal", 0, 256) == DEFAULT_FIELD_TOKENS
+    assert field_budget("tool", 50, 256) == 8
+    assert field_budget("tool_input", 60, 256) == 196  # a program: the rest of the reply, not 40
+    assert field_budget("tool_input", 250, 256) == 6 and field_budget("sub_goal", 256, 256) == 0
+
+
+def test_a_long_program_is_not_cut_at_the_sub_goals_cap(tiny_dir):
+    """The tiny model rarely closes a quote, so its tool input runs to the reply's budget: past 40 tokens."""
+    policy = PolicyModel(str(tiny_dir))
+    prompt = policy.encode_chat([{"role": "user", "content": "What is 17 * 23?"}])
+    turn = policy.sample_fields(prompt, ["tool", "tool_input"], max_new_tokens=90, temperature=1.0, seed=3,
+                                choices={"tool": ["python", "search", "answer"]})
+    key = policy.tokenizer.encode('", "tool_input": "', add_special_tokens=False)
+    start = next(i for i in range(len(turn.completion_ids)) if turn.completion_ids[i:i + len(key)] == key) + len(key)
+    value_tokens = sum(turn.mask[start:])
+    assert turn.finish_reason == "length" and value_tokens > 40
+    assert sum(turn.mask) <= 90  # the reply's budget still bounds it

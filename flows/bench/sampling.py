@@ -20,10 +20,11 @@ def bench_policy_sampling(model: str | None = None, questions: int = 3, turns_pe
     from flows.bench.update import planner_turns
     from flows.train import torch_threads
     from infra.models.hf_policy import PolicyModel, schema_choices, shared_length
+    from infra.runtime.settings import TrainConfig
     from tasks.contracts import plan_draft_schema
 
     t0 = time.perf_counter()
-    policy = PolicyModel(model, template_fields=["tool", "tool_input", "sub_goal"])
+    policy = PolicyModel(model, template_fields=TrainConfig().template_fields)
     load_s = time.perf_counter() - t0
     prompts = [s.prompt_ids for s in planner_turns(policy, questions, turns_per_question)]
     choices = schema_choices(plan_draft_schema(["python", "search", "answer"]))
