@@ -55,7 +55,7 @@ class Turn:
 
 FIELD_TOKENS: dict[str, int | None] = {"tool": 8, "tool_input": None}
 """Most sampled tokens per template field (others: DEFAULT_FIELD_TOKENS); None: what the reply's max_new_tokens
-leaves. The tool's input is a program or a query: capped at 40 like a sub-goal, 2 of the 13 programs the 0.5B's
+leaves. The tool's input is a program or a query: at a sub-goal's 40 tokens, 2 of the 13 programs the 0.5B's
 templated Planner wrote on the claim's test split ended mid-expression (`'(' was never closed`)."""
 DEFAULT_FIELD_TOKENS = 40
 
@@ -65,6 +65,8 @@ def field_budget(name: str, used: int, max_new_tokens: int) -> int:
     cap = FIELD_TOKENS.get(name, DEFAULT_FIELD_TOKENS)
     left = max_new_tokens - used
     return left if cap is None else min(cap, left)
+
+
 REUSE_MIN_TOKENS = 64
 """A prompt resumes from the previous prompt's keys and values when the two share at least this many leading tokens
 (every Planner prompt starts with the same ~380-token system prompt and worked examples): a turn then runs only its
