@@ -326,6 +326,10 @@ class LoraSettings(_Section):
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
+AdvantageScale = Literal["none", "std"]
+"""How a group's advantages are scaled (tasks/learn/grpo.group_advantages): none = r - mean, std = (r - mean) / std."""
+
+
 class TrainConfig(_Section):
     """Flow-GRPO training of the Planner (flows/train.py); the other roles stay on their own backends, frozen."""
 
@@ -345,7 +349,7 @@ class TrainConfig(_Section):
                                        "same way); []: free text (small models rarely write valid plans). The sub-goal "
                                        "first, as the embedded path's schema has it: with the tool first the 0.5B chose "
                                        "python for 43 of 51 steps, lookups included (docs/training.md).")
-    advantage_scale: Literal["none", "std"] = Field(
+    advantage_scale: AdvantageScale = Field(
         default="none", description="none: advantage r - mean over the question's group (Dr. GRPO); std: divided by "
         "the group's std too (GRPO), which makes a group differing only in tool cost push as hard as one differing in "
         "correctness: on the 0.5B it taught the Planner to stop early (docs/training.md).")

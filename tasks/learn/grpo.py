@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
+
+from infra.runtime.settings import AdvantageScale
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,10 @@ class GroupAdvantages:
     std: float
 
 
-ADVANTAGE_SCALES = ("none", "std")
+ADVANTAGE_SCALES = get_args(AdvantageScale)
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6, scale: str = "none") -> GroupAdvantages:
+def group_advantages(rewards: Sequence[float], eps: float = 1e-6, scale: AdvantageScale = "none") -> GroupAdvantages:
     """r - mean (scale "none") or (r - mean) / (std + eps) (scale "std") over the trajectories of one group;
     all-equal rewards: zeros, zero_signal."""
     if scale not in ADVANTAGE_SCALES:
@@ -203,7 +205,7 @@ def shared_prefixes(samples: list[TurnSample], min_shared: int) -> list[tuple[in
     return [(shared if len(group) > 1 else 0, group) for shared, group in groups]
 
 
-def group_samples(groups: list[list[Any]], eps: float = 1e-6, scale: str = "none"
+def group_samples(groups: list[list[Any]], eps: float = 1e-6, scale: AdvantageScale = "none"
                   ) -> tuple[list[TurnSample], list[GroupAdvantages]]:
     """Turn samples of a batch: each group's trajectories (objects with .reward and .turns as dicts) get their
     group-normalised advantage (`group_advantages`), broadcast to every turn; zero-signal groups contribute no
