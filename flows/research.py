@@ -16,6 +16,7 @@ from flows.review import review_outcome
 from infra.runtime.events import RunLog
 from infra.runtime.settings import Settings
 from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
+from tasks.checks.coverage import check_answer_coverage
 from tasks.contracts import (
     ANSWER_TOOL,
     Answer,
@@ -100,6 +101,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
 
     feedback: Verdict | None = None
     stop: Stop | None = None
+    gate_refusals = 0
     judged: list[JudgedStep] = []
     try:
         for record in prior.candidates if prior else ():  # earlier evidence counts only once re-verified here
@@ -129,8 +131,16 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
                 continue
             plan = outcome.plan
             if plan.tool == ANSWER_TOOL:
-                stop = Stop(StopReason.answered, detail=plan.justification)
-                break
+                gap = check_answer_coverage(q, view) if gate_refusals < settings.verifier.answer_gate else None
+                if gap is None or gap.failure is None:
+                    stop = Stop(StopReason.answered, detail=plan.justification)
+                    break
+                gate_refusals += 1  # the Verifier's answer gate: the evidence leaves out what the question names
+                feedback = _rejection(step_id, gap.failure.type, gap.failure.reason)
+                ledger.refused_plan(plan, gap.failure.type, feedback.reason)
+                memory.record_failure(step_id, plan.tool, gap.failure.type, feedback.reason, plan.args, args=plan.args)
+                stop = policy.note_rejection(gap.failure.type)
+                continue
             stop = policy.note_plan(plan.signature())
             if stop or policy.is_repeat(plan.signature()):  # a repeated plan is refused, not re-run
                 feedback = _rejection(step_id, FailureType.repeated_plan, f"step {step_id} repeats an earlier {plan.tool} call")

@@ -197,6 +197,10 @@ class VerifierConfig(_Section):
                                            description="Sampling temperature of the programs after the first.")
     undecided: Literal["accept", "reject"] = Field(
         default="accept", description="What passes when checks cannot decide and no judge is asked (accepted at low confidence).")
+    answer_gate: int = Field(
+        default=0, ge=0, le=5, description="Most times per question an answer step is refused because the accepted "
+        "search evidence does not yet state a property or a name the question asks about (tasks/checks/coverage.py); "
+        "the missing ones go to the Planner. 0: off.")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(
         default="replan", description="Next action when a result contradicts accepted memory: seek a tie-breaking source, or stop.")
 

@@ -27,7 +27,7 @@ _FAMILIES = {
     "price": "price priced",
     "revenue": "revenue revenues sales turnover",
     "employees": "employees employee headcount staff workforce",
-    "population": "population inhabitants residents",
+    "population": "population inhabitants residents living",
     "area": "area",
     "elevation": "elevation height tall high altitude",
     "depth": "depth deep",
@@ -41,15 +41,21 @@ def _stem(tok: str) -> str:
     return tok[:5]
 
 
-_FAMILY_OF: dict[str, str] = {}
+_FAMILY_OF_WORD: dict[str, str] = {_w: _family for _family, _words in _FAMILIES.items() for _w in tokens(_words)}
+_FAMILY_OF: dict[str, str] = {}  # by stem, for the listed words' other forms ("leading", "founders")
 for _family, _words in _FAMILIES.items():
     for _w in _words.split():
         _FAMILY_OF.setdefault(_stem(_w), _family)
 
 
+def _family(tok: str) -> str | None:
+    """A listed word's own family first: "employees" and "employer" share a stem, not a property."""
+    return _FAMILY_OF_WORD.get(tok) or _FAMILY_OF.get(_stem(tok))
+
+
 def families(text: str) -> set[str]:
     """The known property families a text's words belong to."""
-    return {_FAMILY_OF[_stem(t)] for t in tokens(text) if _stem(t) in _FAMILY_OF}
+    return {f for f in map(_family, tokens(text)) if f}
 
 
 def check_attribute(ctx: StepContext) -> Outcome:

@@ -256,6 +256,7 @@ FAILURE_HINTS.update({
     "assertion": "The result did not meet the step's success criterion. Correct the step (arguments or code) so that it does.",
     "citation_mismatch": "The cited source does not state that value. Cite the passage that states it, exactly as written.",
     "unsupported": "No retrieved source states that claim. Search for a source that states it.",
+    "incomplete_evidence": "Do not answer yet. Search for what the evidence is missing, then answer.",
 })
 
 JUDGE_SYSTEM = (
