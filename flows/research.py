@@ -16,7 +16,7 @@ from flows.review import review_outcome
 from infra.runtime.events import RunLog
 from infra.runtime.settings import Settings
 from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
-from tasks.checks.coverage import check_answer_coverage
+from tasks.checks import check_answer_coverage
 from tasks.contracts import (
     ANSWER_TOOL,
     Answer,
