@@ -122,7 +122,9 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             step_id = policy.steps
             view = memory.accepted_view()
             planner_view = view[-1:] if settings.memory.planner_view == "last" else view  # modular-nomem ablation
-            outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline(), lessons=lessons)
+            gated = feedback is not None and feedback.failure_type is FailureType.incomplete_evidence
+            outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline(), lessons=lessons,
+                                      allow_answer=not gated)  # after the answer gate refused: look something up
             ledger.planner(step_id, outcome)
             if outcome.plan is None:  # an invalid plan never enters memory
                 feedback = _rejection(step_id, outcome.failure_type, outcome.error or "no plan")

@@ -10,7 +10,10 @@ from flows.research import DIRECT_STEPS, research
 from infra.models import clear_backend_cache
 from tasks.checks.attribute import families
 from tasks.checks.coverage import check_answer_coverage, names_in
+from infra.runtime.settings import load_settings
 from tasks.contracts import AnswerStatus, FailureType, MemoryItem, MemoryStatus, Provenance, Question, Role, StopReason
+from tasks.modules.prompts import planner_messages
+from tasks.modules.tools import tool_cards
 from tests.scripted import answer, plan, scripted_settings
 
 TWO_HOP = "I need the number of people living in the home city of Velt Corporation. What is it?"
@@ -92,8 +95,23 @@ def test_the_gate_sends_an_early_answer_back_with_what_is_missing(two_hop_corpus
     planner = [r for r in out.records if r.role is Role.planner]
     assert [r.failure_type for r in planner] == [None, FailureType.incomplete_evidence, None, None]
     assert out.answer.cost[Role.planner].rejections == 1
-    third_prompt = models.build_backend(s.models.planner).requests[2]["messages"][-1]["content"]
+    requests = models.build_backend(s.models.planner).requests
+    third_prompt = requests[2]["messages"][-1]["content"]
     assert "rejected (incomplete_evidence)" in third_prompt and "population" in third_prompt
+    tools = [r["json_schema"]["properties"]["tool"]["enum"] for r in requests]
+    assert "answer" in tools[1] and "answer" not in tools[2] and "answer" in tools[3]  # the turn after a refusal looks up
+
+
+def test_the_turn_after_a_refusal_is_shown_the_lookup_examples():
+    view = [_search_item(1, CORPUS[0]["text"])]
+    cards = tool_cards(load_settings(None, None))
+
+    def demo_replies(allow_answer):
+        messages = planner_messages(TWO_HOP, cards, view, None, 2400, demos=True, allow_answer=allow_answer)
+        return [json.loads(m["content"])["tool"] for m in messages if m["role"] == "assistant"]
+
+    assert set(demo_replies(True)) == {"answer"}
+    assert "answer" not in demo_replies(False) and "search" in demo_replies(False)
 
 
 def test_without_the_gate_the_planner_answers_after_the_first_hop(two_hop_corpus):

@@ -35,13 +35,16 @@ class Planner:
         self.cards = cards
         self.view_chars = view_chars
         self.schema = plan_draft_schema([*cards, ANSWER_TOOL])
+        self.lookup_schema = plan_draft_schema(list(cards))  # a turn that may not answer
 
     def plan(self, question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int,
-             deadline_s: float | None = None, lessons: list[PriorRecord] | None = None) -> PlanOutcome:
+             deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
+             allow_answer: bool = True) -> PlanOutcome:
         messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos,
-                                    getattr(self.backend, "reply_fields", None))
+                                    getattr(self.backend, "reply_fields", None), allow_answer)
+        schema = self.schema if allow_answer else self.lookup_schema
         try:
-            c = self.backend.complete(messages, json_schema=self.schema, max_tokens=self.config.max_tokens,
+            c = self.backend.complete(messages, json_schema=schema, max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
         except ModelError as exc:
             return PlanOutcome(failure_type=FailureType.model_error, error=str(exc))
@@ -86,6 +89,8 @@ def build_planner(settings: Settings) -> Planner:
 
 @task(name="plan_step", retries=0, cache_policy=NO_CACHE, task_run_name="plan-{task_id}-step{step_id}")
 def plan_step(question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int, task_id: str,
-              settings: Settings, deadline_s: float | None = None, lessons: list[PriorRecord] | None = None) -> PlanOutcome:
-    """Propose the next step for one question (lessons: earlier runs' records, shown marked prior)."""
-    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons)
+              settings: Settings, deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
+              allow_answer: bool = True) -> PlanOutcome:
+    """Propose the next step for one question (lessons: earlier runs' records, shown marked prior); with
+    allow_answer=False the reply's tool is one of the tools, not `answer` (the turn after the answer gate refused)."""
+    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons, allow_answer)

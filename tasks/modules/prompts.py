@@ -108,9 +108,10 @@ def _demo_reply(step: DemoStep, cards: dict[str, ToolCard]) -> dict[str, str]:
 
 def planner_messages(question: str, cards: dict[str, ToolCard], view: list[MemoryItem], feedback: Verdict | None,
                      max_chars: int, lessons: list[PriorRecord] | None = None, demos: bool = False,
-                     reply_fields: list[str] | None = None) -> list[dict[str, str]]:
+                     reply_fields: list[str] | None = None, allow_answer: bool = True) -> list[dict[str, str]]:
     """The Planner's prompt; `demos` adds the worked examples, their replies in the backend's own field order
-    (`reply_fields`, e.g. a trained policy's template) when it has one."""
+    (`reply_fields`, e.g. a trained policy's template) when it has one. A turn that may not answer (the answer gate
+    refused one) is shown the examples of a turn that looks something up, not of one that answers."""
     tools = tool_lines(cards)
     system = (
         "You are the planner of a research agent. Decide the single next step toward answering the question.\n"
@@ -126,7 +127,7 @@ def planner_messages(question: str, cards: dict[str, ToolCard], view: list[Memor
         hint = FAILURE_HINTS.get(kind, "Try a different step.")
         parts.append(f"Last step {feedback.step_id} was rejected ({kind}): {feedback.reason}\n{hint}")
     parts.append("Next step as JSON:")
-    shown = _planner_demos(cards, max_chars, bool(view), reply_fields) if demos else []
+    shown = _planner_demos(cards, max_chars, bool(view) and allow_answer, reply_fields) if demos else []
     return [{"role": "system", "content": system}, *shown, {"role": "user", "content": "\n\n".join(parts)}]
 
 
