@@ -9,7 +9,7 @@ import infra.models as models
 from flows.research import DIRECT_STEPS, research
 from infra.models import clear_backend_cache
 from tasks.checks.attribute import families
-from tasks.checks.coverage import check_answer_coverage, names_in
+from tasks.checks.coverage import check_answer_coverage, names_in, statements
 from infra.runtime.settings import load_settings
 from tasks.contracts import AnswerStatus, FailureType, MemoryItem, MemoryStatus, Provenance, Question, Role, StopReason
 from tasks.modules.prompts import planner_messages
@@ -59,11 +59,46 @@ def test_the_first_hop_alone_does_not_cover_the_population_of_the_home_city():
     assert check_answer_coverage(TWO_HOP, [first, _search_item(2, CORPUS[1]["text"])]).failure is None
 
 
+def test_the_gap_comes_with_the_search_that_closes_it():
+    gap = check_answer_coverage(TWO_HOP, [_search_item(1, CORPUS[0]["text"])])
+    assert 'next step: search "Dydan population"' in gap.failure.reason  # Velt's home city, from its passage
+
+
+LEADS = "Could you tell me the city in which the person who leads the company that produces Sethux Glider was born?"
+MAKER = "Sethux Glider is a handheld scanner. Sethux Glider is made by Velt Corporation."
+VELT = "Velt Corporation is led by chief executive Ama Osei. Velt Corporation has 5,210 employees."
+COLLEAGUE = "Kofi Mensah works for Velt Corporation. Kofi Mensah was born in the city of Benoul."
+
+
+def test_a_chain_property_counts_only_for_a_name_on_the_chain():
+    # another person's birthplace in the same search result is not the chief executive's
+    gap = check_answer_coverage(LEADS, [_search_item(1, MAKER, VELT, COLLEAGUE)])
+    assert gap.failure is not None and "the birthplace" in gap.failure.reason
+    assert 'search "Ama Osei birthplace"' in gap.failure.reason
+    found = _search_item(2, "Ama Osei was born in the city of Dydan.")
+    assert check_answer_coverage(LEADS, [_search_item(1, MAKER, VELT, COLLEAGUE), found]).failure is None
+
+
+def test_the_chain_starts_at_the_first_hop():
+    gap = check_answer_coverage(LEADS, [_search_item(1, MAKER)])
+    assert 'search "Velt Corporation chief executive"' in gap.failure.reason
+
+
+def test_a_passage_title_names_what_its_sentences_are_about():
+    said = statements([_search_item(1, "He was born in the city of Dydan.")])
+    assert said is not None and said[0].names == frozenset({"Dydan"})
+    titled = MemoryItem(id="step-1", step_id=1, status=MemoryStatus.accepted, provenance=Provenance(tool="search", step_id=1),
+                        content={"passages": [{"doc_id": "p", "title": "Ama Osei", "text": "He was born in Dydan."}]})
+    assert statements([titled])[0].names == frozenset({"Ama Osei", "Dydan"})
+    assert statements([titled])[0].families == frozenset({"birthplace"})
+
+
 def test_a_comparison_needs_both_names_in_the_evidence():
     q = "Between Velt Corporation and Orlan Works, which has the higher headcount?"
     one = _search_item(1, "Velt Corporation has 5,210 employees.")
     gap = check_answer_coverage(q, [one])
-    assert gap.failure is not None and "Orlan Works" in gap.failure.reason and "employees" not in gap.failure.reason
+    assert gap.failure is not None and "Orlan Works" in gap.failure.reason and "the employees" not in gap.failure.reason
+    assert 'search "Orlan Works employees"' in gap.failure.reason
     assert check_answer_coverage(q, [one, _search_item(2, "Orlan Works has 800 employees.")]).failure is None
 
 

@@ -20,7 +20,7 @@ _FAMILIES = {
     "owner": "owner owned owns",
     "employer": "employer employed employs works worked",
     "maker": "maker made makes produces produced producer manufacturer manufactured",
-    "headquarters": "headquarters headquartered hq",
+    "headquarters": "headquarters headquartered hq home",
     "birthplace": "birthplace born native",
     "death": "died death",
     "launch": "launch launched released release",
