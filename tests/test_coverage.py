@@ -9,7 +9,7 @@ import infra.models as models
 from flows.research import DIRECT_STEPS, research
 from infra.models import clear_backend_cache
 from tasks.checks.attribute import families
-from tasks.checks.coverage import check_answer_coverage, names_in, statements
+from tasks.checks.coverage import check_answer_coverage, names_in, question_names, statements
 from infra.runtime.settings import load_settings
 from tasks.contracts import AnswerStatus, FailureType, MemoryItem, MemoryStatus, Provenance, Question, Role, StopReason
 from tasks.modules.prompts import planner_messages
@@ -42,6 +42,13 @@ def test_names_are_the_capitalised_phrases_without_the_question_grammar():
         "Sethux Glider", "Trendpon Collective"]
     assert names_in("Janet's ducks lay 16 eggs per day. She eats three.") == ["Janet's"]
     assert names_in("what is the population of the town?") == []
+
+
+def test_a_lone_capitalised_word_opening_a_question_is_not_a_name():
+    # seen in a real run: "According to ..." was asked for as a name, and the gate refused a right answer
+    assert question_names("According to the records, in which year was the employer of Drathim Wojepex founded?") == [
+        "Drathim Wojepex"]
+    assert question_names("Lequon Systems: how many employees? Answer with a number.") == ["Lequon Systems"]
 
 
 def test_employees_and_employer_are_different_properties():

@@ -36,7 +36,7 @@ _MAX_HOPS = 4
 _NOT_NAMES = frozenset(
     "a an the i is are was were do does did can could would will should shall may might must has have had what which "
     "who whom whose when where why how in on at for from of to by with between among and or but if whether please "
-    "tell give find name list yes no he she it they we you his her its their this that these those there".split())
+    "tell give find name list answer yes no he she it they we you his her its their this that these those there".split())
 _CAPITALISED = re.compile(r"[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
 
 
@@ -81,6 +81,14 @@ def statements(view: list[MemoryItem]) -> list[Statement] | None:
     return out
 
 
+def question_names(question: str) -> list[str]:
+    """The names a question asks about: its capitalised names, less a lone capitalised word that opens one of its
+    sentences ("According to the records, ...": a name in a question seldom opens it, and a word that does is
+    grammar the stop list cannot all hold)."""
+    openers = {m.group(1) for m in re.finditer(r"(?:^|[.?!]\s+)([A-Z][\w'\-]*)(?![\w'\-]*\s+[A-Z])", question)}
+    return [n for n in names_in(question) if n not in openers]
+
+
 def _family_positions(question: str) -> dict[str, int]:
     """Each property family the question names, at the position of its first word."""
     for name in names_in(question):
@@ -118,9 +126,9 @@ def check_answer_coverage(question: str, view: list[MemoryItem]) -> Outcome:
     text = tokens(" ".join(f"{p.get('title') or ''}. {p.get('text') or ''}"
                            for item in view for p in item.content.get("passages") or []))
     asked = _family_positions(question)
-    question_names = names_in(question)
-    missing_names = [n for n in question_names if find_span(text, tokens(n)) < 0]
-    known, newest = chain(question_names, said, set(asked))
+    named = question_names(question)
+    missing_names = [n for n in named if find_span(text, tokens(n)) < 0]
+    known, newest = chain(named, said, set(asked))
     about = [st for st in said if st.names & known] if len(asked) >= 2 else said
     covered = set().union(*(st.families for st in about)) if about else set()
     missing_properties = sorted(set(asked) - covered, key=asked.get)
