@@ -24,6 +24,7 @@ from tasks.contracts import (
     JudgedStep,
     MemoryStatus,
     NextAction,
+    Plan,
     Question,
     Role,
     StopReason,
@@ -99,6 +100,12 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
     def deadline() -> float:
         return max(0.1, budget.remaining_wall_s() - settings.budget.answer_reserve_s)
 
+    def refuse(plan: Plan, failure_type: FailureType, reason: str) -> Verdict:
+        """A valid plan the loop does not carry out: kept as a failure, and the Planner's next feedback."""
+        ledger.refused_plan(plan, failure_type, reason)
+        memory.record_failure(plan.step_id, plan.tool, failure_type, reason, plan.args, args=plan.args)
+        return _rejection(plan.step_id, failure_type, reason)
+
     feedback: Verdict | None = None
     stop: Stop | None = None
     gate_refusals = 0
@@ -138,16 +145,12 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
                     stop = Stop(StopReason.answered, detail=plan.justification)
                     break
                 gate_refusals += 1  # the Verifier's answer gate: the evidence leaves out what the question names
-                feedback = _rejection(step_id, gap.failure.type, gap.failure.reason)
-                ledger.refused_plan(plan, gap.failure.type, feedback.reason)
-                memory.record_failure(step_id, plan.tool, gap.failure.type, feedback.reason, plan.args, args=plan.args)
+                feedback = refuse(plan, gap.failure.type, gap.failure.reason)
                 stop = policy.note_rejection(gap.failure.type)
                 continue
             stop = policy.note_plan(plan.signature())
             if stop or policy.is_repeat(plan.signature()):  # a repeated plan is refused, not re-run
-                feedback = _rejection(step_id, FailureType.repeated_plan, f"step {step_id} repeats an earlier {plan.tool} call")
-                ledger.refused_plan(plan, FailureType.repeated_plan, feedback.reason)
-                memory.record_failure(step_id, plan.tool, FailureType.repeated_plan, feedback.reason, plan.args, args=plan.args)
+                feedback = refuse(plan, FailureType.repeated_plan, f"step {step_id} repeats an earlier {plan.tool} call")
                 continue
             stop = admit(costs.executor(plan.tool))
             if stop:

@@ -53,11 +53,16 @@ def names_in(text: str) -> list[str]:
     return out
 
 
-def properties(text: str) -> set[str]:
-    """The property families a text names outside its names ("Orlan Works" is a company, not an employer)."""
+def without_names(text: str) -> str:
+    """The text with its names blanked out: "Orlan Works" is a company, not an employer."""
     for name in names_in(text):
         text = text.replace(name, " ")
-    return families(text)
+    return text
+
+
+def properties(text: str) -> set[str]:
+    """The property families a text names outside its names."""
+    return families(without_names(text))
 
 
 @dataclass(frozen=True)
@@ -91,10 +96,8 @@ def question_names(question: str) -> list[str]:
 
 def _family_positions(question: str) -> dict[str, int]:
     """Each property family the question names, at the position of its first word."""
-    for name in names_in(question):
-        question = question.replace(name, " ")
     out: dict[str, int] = {}
-    for i, tok in enumerate(tokens(question)):
+    for i, tok in enumerate(tokens(without_names(question))):
         for f in families(tok):
             out.setdefault(f, i)
     return out
@@ -130,7 +133,7 @@ def check_answer_coverage(question: str, view: list[MemoryItem]) -> Outcome:
     missing_names = [n for n in named if find_span(text, tokens(n)) < 0]
     known, newest = chain(named, said, set(asked))
     about = [st for st in said if st.names & known] if len(asked) >= 2 else said
-    covered = set().union(*(st.families for st in about)) if about else set()
+    covered = set().union(*(st.families for st in about))
     missing_properties = sorted(set(asked) - covered, key=asked.get)
     if not missing_properties and not missing_names:
         return passed(NAME, "the accepted evidence states every name and property the question asks about")

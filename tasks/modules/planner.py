@@ -34,15 +34,13 @@ class Planner:
         self.config = config
         self.cards = cards
         self.view_chars = view_chars
-        self.schema = plan_draft_schema([*cards, ANSWER_TOOL])
-        self.lookup_schema = plan_draft_schema(list(cards))  # a turn that may not answer
 
     def plan(self, question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int,
              deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
              allow_answer: bool = True) -> PlanOutcome:
         messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos,
                                     getattr(self.backend, "reply_fields", None), allow_answer)
-        schema = self.schema if allow_answer else self.lookup_schema
+        schema = plan_draft_schema([*self.cards, ANSWER_TOOL] if allow_answer else list(self.cards))
         try:
             c = self.backend.complete(messages, json_schema=schema, max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
