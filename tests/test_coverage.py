@@ -12,6 +12,7 @@ from tasks.checks.attribute import families
 from tasks.checks.coverage import check_answer_coverage, names_in, question_names, statements
 from infra.runtime.settings import load_settings
 from tasks.contracts import AnswerStatus, FailureType, MemoryItem, MemoryStatus, Provenance, Question, Role, StopReason
+from tasks.modules.demos import GATED
 from tasks.modules.prompts import planner_messages
 from tasks.modules.tools import tool_cards
 from tests.scripted import answer, plan, scripted_settings
@@ -144,16 +145,27 @@ def test_the_gate_sends_an_early_answer_back_with_what_is_missing(two_hop_corpus
     assert "answer" in tools[1] and "answer" not in tools[2] and "answer" in tools[3]  # the turn after a refusal looks up
 
 
-def test_the_turn_after_a_refusal_is_shown_the_lookup_examples():
+def test_the_turn_after_a_refusal_is_shown_a_refusal_followed_by_its_named_search():
     view = [_search_item(1, CORPUS[0]["text"])]
     cards = tool_cards(load_settings(None, None))
 
-    def demo_replies(allow_answer):
+    def demos(allow_answer):
         messages = planner_messages(TWO_HOP, cards, view, None, 2400, demos=True, allow_answer=allow_answer)
-        return [json.loads(m["content"])["tool"] for m in messages if m["role"] == "assistant"]
+        return messages[1:-1]
 
-    assert set(demo_replies(True)) == {"answer"}
-    assert "answer" not in demo_replies(False) and "search" in demo_replies(False)
+    assert {json.loads(m["content"])["tool"] for m in demos(True) if m["role"] == "assistant"} == {"answer"}
+    user, reply = demos(False)
+    assert "rejected (incomplete_evidence)" in user["content"] and 'search "Lune Harbour population"' in user["content"]
+    assert json.loads(reply["content"])["tool"] == "search"
+    assert json.loads(reply["content"])["tool_input"] == "Lune Harbour population"
+
+
+def test_the_worked_refusal_is_what_the_gate_says_for_its_evidence():
+    case, step = GATED.case, GATED.step
+    gap = check_answer_coverage(case.question, case.view(step))
+    assert gap.failure is not None and gap.failure.type is FailureType.incomplete_evidence
+    assert gap.failure.reason == GATED.reason
+    assert check_answer_coverage(case.question, case.view(step + 1)).failure is None  # the named search closes the gap
 
 
 def test_without_the_gate_the_planner_answers_after_the_first_hop(two_hop_corpus):

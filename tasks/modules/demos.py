@@ -115,6 +115,46 @@ CALC = DemoCase(
     claim_step=1,
 )
 
+_LUNE = Source(uri="corpus://demo-3", title="Lune Harbour", retrieved_at=_RETRIEVED,
+               published_at=datetime(2024, 2, 1, tzinfo=timezone.utc))
+_QUELL = Source(uri="corpus://demo-2", title="Mara Quell", retrieved_at=_RETRIEVED,
+                published_at=datetime(2024, 1, 15, tzinfo=timezone.utc))
+
+CHAIN = DemoCase(
+    question="What is the population of the birthplace of Mara Quell?",
+    steps=(
+        DemoStep("find where Mara Quell was born", "search", "Mara Quell birthplace", "no evidence yet",
+                 {"passages": [{"doc_id": "demo-2", "title": "Mara Quell", "url": None, "published_at": "2024-01-15",
+                                "text": "Mara Quell is a painter. Mara Quell was born in Lune Harbour.", "score": 6.4}]}, _QUELL),
+        DemoStep("find the population of Lune Harbour", "search", "Lune Harbour population",
+                 "step 1 names the birthplace, Lune Harbour; no evidence states its population yet",
+                 {"passages": [{"doc_id": "demo-3", "title": "Lune Harbour", "url": None, "published_at": "2024-02-01",
+                                "text": "Lune Harbour is a fishing town. The population of Lune Harbour is 9,350.",
+                                "score": 7.3}]}, _LUNE),
+        DemoStep("answer from the verified evidence", ANSWER_TOOL, "9,350", "step 2 states the population of the birthplace"),
+    ),
+    answer="9,350",
+    claim="The population of Lune Harbour is 9,350.",
+    claim_step=2,
+)
+
+
+@dataclass(frozen=True)
+class RefusedAnswer:
+    """A worked turn after the answer gate refused an answer: the case's evidence before `step`, the gate's reason
+    (exactly what tasks/checks/coverage.py says for that evidence; a test keeps the two in step) and the step taken."""
+
+    case: DemoCase
+    step: int  # 1-based: the step that follows the refusal
+    reason: str
+
+
+# Shown only on the turn after the answer gate refused (a turn that may not answer). It was the first-step lookup,
+# whose entity the 0.5B copied ("find the population of Port Elmsby"); this one shows the named search being taken.
+GATED = RefusedAnswer(
+    CHAIN, 2, 'the verified evidence does not yet state the population, which the question asks about; '
+              'next step: search "Lune Harbour population", then answer')
+
 # Order matters to a small model (it leans on the nearest example): the lookup, which every search
 # question starts like, comes last.
 CASES: tuple[DemoCase, ...] = (CALC, LOOKUP)
