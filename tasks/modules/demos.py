@@ -6,7 +6,8 @@ answer) are shown to every system in its own reply format, so a comparison stays
 the monolithic agent, the Generator and the direct baseline all see the same facts. The facts are
 invented (no benchmark question or world template is reused), so a demonstration cannot leak an
 answer. A demonstration that needs a tool the run does not allow is left out.
-`ModelConfig.demos=false` switches them off (strong models do not need them).
+A third (CHAIN, as GATED) is shown only on the Planner's turn after the answer gate refused (verifier.answer_gate,
+off by default). `ModelConfig.demos=false` switches them off (strong models do not need them).
 
 Measured on 8 synthetic-world lookup questions with the embedded SmolLM2-135M (temperature 0): the
 Planner's first step searched for the question's entity in 1 of 8 cases zero-shot, 6 of 8 with one
