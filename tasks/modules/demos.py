@@ -165,7 +165,7 @@ DIRECT_QUESTION = CALC.question
 DIRECT_REPLY = "3 trays of 24 rolls are 72 rolls; two-thirds of them is 48 rolls; at $2 each that is $96.\nAnswer: 96"
 
 
-def cases_for(tools: set[str] | list[str]) -> list[DemoCase]:
-    """The worked examples whose tools are all allowed in this run."""
+def cases_for(tools: set[str] | list[str], cases: tuple[DemoCase, ...] = CASES) -> list[DemoCase]:
+    """The worked examples (of `cases`) whose tools are all allowed in this run."""
     allowed = set(tools)
-    return [c for c in CASES if c.tools <= allowed]
+    return [c for c in cases if c.tools <= allowed]

@@ -163,7 +163,7 @@ def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool,
 
 def _gated_demo(cards: dict[str, ToolCard], max_chars: int, reply_fields: list[str] | None = None) -> list[dict[str, str]]:
     """The worked turn after the answer gate refused: the refusal names a search and the reply takes it."""
-    if not GATED.case.tools <= set(cards):
+    if not cases_for(cards, (GATED.case,)):
         return []
     refused = Verdict(step_id=GATED.step, accepted=False, failure_type=FailureType.incomplete_evidence, reason=GATED.reason)
     user = _planner_user(GATED.case.question, GATED.case.view(GATED.step), refused, max_chars)
