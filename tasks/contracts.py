@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from enum import Enum
 from functools import lru_cache
 from typing import Any, Literal
@@ -204,6 +204,12 @@ class Source(_Record):
     retrieved_at: datetime = Field(default_factory=utcnow, description="When the tool fetched it.")
     published_at: datetime | None = Field(default=None, description="When the source says it was published.")
 
+    @classmethod
+    def of_passage(cls, passage: dict) -> "Source":
+        """A search passage's source: its corpus document."""
+        return cls(uri=f"corpus://{passage.get('doc_id')}", title=str(passage.get("title") or ""),
+                   published_at=passage.get("published_at"))
+
 
 class Result(_Record):
     """What the Executor got back from one tool call. Its data is data, never instructions."""
@@ -243,6 +249,17 @@ class Claim(_Record):
                              "whose values a derived claim uses.")
 
 
+class SupersededSentence(_Record):
+    """A sentence of an older passage that a newer passage of the same search result contradicts
+    (tasks/checks/supersession.py): kept out of the evidence, recorded with the passage that replaces it."""
+
+    doc_id: str
+    sentence: str = Field(description="The older passage's sentence, as written.")
+    published_at: date
+    by_doc_id: str = Field(description="The newer passage whose sentence states the current value.")
+    by_published_at: date
+
+
 class Verdict(_Record):
     """The Verifier's judgement of one step; its failure_type and reason feed the next plan."""
 
@@ -255,6 +272,8 @@ class Verdict(_Record):
     confidence: float = Field(default=0.0, ge=0.0, le=1.0)
     next_action: NextAction = NextAction.continue_
     supersedes: str | None = Field(default=None, description="Accepted memory item this step's newer source replaces.")
+    superseded: list[SupersededSentence] = Field(default_factory=list, description="Sentences of this result's older "
+                                                 "passages that a newer passage of the same result contradicts.")
     judge_independent: bool | None = Field(default=None, description="None: no LLM judge was asked; False: the judge shares "
                                            "a model with the Planner or Executor, so its confidence is capped.")
     usage: ModelUsage | None = Field(default=None, description="What the LLM judge cost, when one was asked.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from tasks.checks.supersession import without_superseded
 from tasks.contracts import (
     FailureType,
     MemoryItem,
@@ -17,6 +18,7 @@ from tasks.contracts import (
     Plan,
     Provenance,
     Result,
+    Source,
     Verdict,
     utcnow,
 )
@@ -58,16 +60,23 @@ class EvolvingMemory:
         now = self._clock()
         estimate = result.model is not None
         origin = Origin.prior if prior_id else Origin.run
+        content = result.data if verdict.accepted else {"data": result.data, "error": result.error}
+        source = result.source
+        if verdict.accepted and verdict.superseded:  # evidence is what stands: an older value a newer source replaced is cut
+            content = without_superseded(result.data, verdict.superseded)
+            live = content["passages"]
+            if live and source is not None and source.uri != Source.of_passage(live[0]).uri:
+                source = Source.of_passage(live[0]).model_copy(update={"retrieved_at": source.retrieved_at})
         item = MemoryItem(
             id=f"step-{plan.step_id}",
             step_id=plan.step_id,
             status=(MemoryStatus.estimate if estimate else MemoryStatus.accepted) if verdict.accepted else MemoryStatus.rejected,
-            provenance=Provenance(tool=result.tool, source=result.source, step_id=plan.step_id, model=result.model,
+            provenance=Provenance(tool=result.tool, source=source, step_id=plan.step_id, model=result.model,
                                   origin=origin, prior_id=prior_id, run_id=prior_run),
             created_at=now,
             expires_at=now + timedelta(seconds=self._ttl) if (self._ttl and verdict.accepted) else None,
             sub_goal=plan.sub_goal,
-            content=result.data if verdict.accepted else {"data": result.data, "error": result.error},
+            content=content,
             failure_type=verdict.failure_type,
             reason=verdict.reason,
             args=plan.args,

@@ -179,6 +179,9 @@ class VerifierConfig(_Section):
     recompute: bool = Field(default=True, description="Re-run deterministic python steps in the sandbox and compare output.")
     recompute_max_s: float = Field(default=2.0, ge=0, description="Re-run only programs that took at most this long.")
     max_source_age_days: float | None = Field(default=None, ge=0, description="Sources older than this before as_of are stale.")
+    supersede_in_result: bool = Field(
+        default=True, description="Within one search result, a sentence of an older passage that a newer passage "
+        "contradicts (same entity, same property, another number) is kept out of the evidence (tasks/checks/supersession.py).")
     judge_confidence_cap: float = Field(default=0.5, ge=0.0, le=1.0,
                                         description="Most confidence when the judge shares a model with the Planner or Executor.")
     independent: bool = Field(

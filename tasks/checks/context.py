@@ -50,6 +50,7 @@ class Outcome:
     failure: Failure | None = None
     undecided: str | None = None  # a question only a judge can settle
     supersedes: str | None = None  # an accepted memory item this step's newer source replaces
+    superseded: list = field(default_factory=list)  # SupersededSentence: older sentences of this result a newer one replaces
 
 
 def passed(name: str, detail: str) -> Outcome:
@@ -79,6 +80,7 @@ class CheckOptions:
     max_source_age_days: float | None = None
     evidence_ttl_s: float | None = None
     on_conflict: NextAction = NextAction.replan
+    supersede_in_result: bool = True
 
 
 @dataclass

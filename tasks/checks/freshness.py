@@ -1,5 +1,6 @@
 """Check 7: the cited source is dated no later than as-of, within the age limit, and no newer accepted
-source says otherwise (an older one it replaces is superseded)."""
+source says otherwise (an older one it replaces is superseded); within one search result, an older passage's
+sentence that a newer passage contradicts is marked superseded (supersession.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,25 @@ from datetime import timedelta
 
 from tasks.checks.context import Outcome, StepContext, failed, passed
 from tasks.checks.statements import _agrees, _frame, cited_date, cited_text, memory_statements, result_statements
+from tasks.checks.supersession import superseded_sentences
 from tasks.checks.text import _fmt
 from tasks.contracts import FailureType
 
 # =============================================================================== 7. source freshness
 
 def check_freshness(ctx: StepContext) -> Outcome:
-    """Cited sources are dated no later than as-of, not past the age limit, and no newer accepted source says otherwise."""
+    """Cited sources are dated no later than as-of, not past the age limit, and no newer accepted source says otherwise;
+    a passed step carries the sentences of its older passages that a newer passage of the same result replaces."""
+    out = _cited_source_freshness(ctx)
+    if out.failure is None and ctx.options.supersede_in_result:
+        out.superseded = superseded_sentences(ctx.passages)
+        if out.superseded:
+            replaced = "; ".join(f"{s.doc_id} ({s.published_at}) by {s.by_doc_id} ({s.by_published_at})" for s in out.superseded)
+            out.check = out.check.model_copy(update={"detail": f"{out.check.detail}; superseded in this result: {replaced}"[:500]})
+    return out
+
+
+def _cited_source_freshness(ctx: StepContext) -> Outcome:
     name = "freshness"
     published = cited_date(ctx)
     as_of = ctx.as_of.date()

@@ -62,8 +62,11 @@ def _render_item(item: MemoryItem) -> str:
 def _content_text(content: Any) -> str:
     if isinstance(content, dict):
         if "passages" in content:
-            return "\n".join(f"- {p.get('title', '')}" + (f" ({p['published_at']})" if p.get("published_at") else "") + f": {p.get('text', '')}"
-                             for p in content["passages"])
+            lines = [f"- {p.get('title', '')}" + (f" ({p['published_at']})" if p.get("published_at") else "") + f": {p.get('text', '')}"
+                     for p in content["passages"]]
+            lines += [f"- (left out: an older figure dated {s.get('published_at')}; a source above dated {s.get('by_published_at')} "
+                      "states the current one)" for s in content.get("superseded") or []]
+            return "\n".join(lines)
         if "stdout" in content:
             return f"printed: {content.get('stdout', '').strip()}"
         if "text" in content:

@@ -188,13 +188,13 @@ class SearchTool:
         except ActorCallError as exc:  # the search actor died or is restarting: a failed step, not a crash
             return Result(step_id=plan.step_id, tool="search", status=ResultStatus.error, error=str(exc),
                           elapsed_ms=(time.perf_counter() - t0) * 1000, cost=self.card.cost)
-        top = passages[0] if passages else None
+        data = {"passages": [p.__dict__ | {"score": float(p.score)} for p in passages]}
         return Result(
             step_id=plan.step_id,
             tool="search",
             status=ResultStatus.ok,
-            data={"passages": [p.__dict__ | {"score": float(p.score)} for p in passages]},
-            source=Source(uri=f"corpus://{top.doc_id}", title=top.title, published_at=top.published_at) if top else None,
+            data=data,
+            source=Source.of_passage(data["passages"][0]) if passages else None,
             elapsed_ms=(time.perf_counter() - t0) * 1000,
             cost=self.card.cost,
         )

@@ -166,7 +166,7 @@ class Verifier:
         self.options = CheckOptions(recompute=v.recompute, recompute_max_ms=v.recompute_max_s * 1000,
                                     rerun=rerun or sandbox_rerun(settings),
                                     max_source_age_days=v.max_source_age_days, evidence_ttl_s=settings.memory.evidence_ttl_s,
-                                    on_conflict=NextAction(v.on_conflict))
+                                    on_conflict=NextAction(v.on_conflict), supersede_in_result=v.supersede_in_result)
         if judge is True:
             cfg = settings.models.verifier
             judge = Judge(cfg, judge_is_independent(settings), v.judge_confidence_cap) if cfg and self.mode != "deterministic" else None
@@ -192,7 +192,7 @@ class Verifier:
             return self._judge_only(plan.step_id, _step_text(plan), _claim_text(claim), render_result(result.model_dump(mode="json")), view)
         done: list[Check] = []
         questions: list[str] = []
-        supersedes = None
+        supersedes, superseded = None, []
         for fn in self.checks:
             out: Outcome = fn(ctx)
             done.append(out.check)
@@ -203,9 +203,10 @@ class Verifier:
             if out.undecided:
                 questions.append(out.undecided)
             supersedes = supersedes or out.supersedes
+            superseded += out.superseded
         evidence = _evidence(ctx)
         if questions:
-            return self._settle(ctx, done, questions, evidence, supersedes)
+            return _keeping(self._settle(ctx, done, questions, evidence, supersedes), superseded)
         usage = None
         if self.recomputer is not None and result.tool == "python" and question and applies(question):
             rejected, usage = self._independent(ctx, done)
@@ -219,7 +220,7 @@ class Verifier:
             level = "recomputed" if result.tool == "python" else "evidence_only"
         return Verdict(step_id=plan.step_id, accepted=True, checks=done, evidence=evidence, confidence=CONFIDENCE[level],
                        reason="passed " + ", ".join(c.name for c in done), next_action=NextAction.continue_,
-                       supersedes=supersedes, usage=usage)
+                       supersedes=supersedes, superseded=superseded, usage=usage)
 
     def _independent(self, ctx: StepContext, done: list[Check]) -> tuple[Verdict | None, ModelUsage | None]:
         """The Verifier's own programs for the question: (a rejection when a quorum agrees on another value, the
@@ -309,6 +310,11 @@ class Verifier:
                            judge_independent=self.judge.independent)
         return self._from_judge(step_id, [Check(name="judge", passed=reply.accepted, detail=(reply.reason or "-")[:500])],
                                 reply, result[:300] if reply.accepted else "", None)
+
+
+def _keeping(verdict: Verdict, superseded: list) -> Verdict:
+    """An accepted step keeps the record of which of its sentences a newer passage replaced; a rejected one keeps nothing."""
+    return verdict.model_copy(update={"superseded": superseded}) if verdict.accepted and superseded else verdict
 
 
 def _evidence(ctx: StepContext, limit: int = 300) -> str:
