@@ -112,13 +112,18 @@ def test_memory_keeps_only_the_current_figure_and_cites_the_passage_that_states_
     assert EvolvingMemory().record(plan_, result, rejected).content["data"] == result.data
 
 
-def test_in_the_loop_the_generator_never_sees_the_older_figure(tmp_path):
+def _corpus(tmp_path, old=DIGEST):
     docs = [Document(id=d["doc_id"], title=d["title"], text=d["text"], url=None, published_at=d["published_at"])
-            for d in (DIGEST, PAGE)]
+            for d in (old, PAGE)]
+    assert SearchIndex(docs).search("Wequos Monitor price", k=3)[0].doc_id == "D45"  # BM25 ranks the digest first
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text, "published_at": d.published_at}) + "\n"
                               for d in docs))
-    assert SearchIndex(docs).search("Wequos Monitor price", k=3)[0].doc_id == "D45"  # BM25 ranks the digest first
+    return corpus
+
+
+def test_in_the_loop_the_generator_never_sees_the_older_figure(tmp_path):
+    corpus = _corpus(tmp_path)
     clear_backend_cache()
     s = scripted_settings([plan("search", "Wequos Monitor price"), plan("answer")], [answer("2,016.16 dollars", 1)],
                           corpus=corpus, as_of=AS_OF)
@@ -126,4 +131,20 @@ def test_in_the_loop_the_generator_never_sees_the_older_figure(tmp_path):
     prompt = "\n".join(m["content"] for m in build_backend(s.models.generator).requests[-1]["messages"])
     assert "2,016.16" in prompt and "1,319.46" not in prompt
     assert out.answer.citations[0].source.uri == "corpus://D61"
+    clear_backend_cache()
+
+
+def test_a_later_run_re_verifies_the_kept_evidence_against_the_source_cut_the_same_way(tmp_path):
+    # the older passage keeps a figure of its own, so the record holds it cut, not dropped
+    launched = {**DIGEST, "text": DIGEST["text"] + " Wequos Monitor was launched in 2007."}
+    corpus, store = _corpus(tmp_path, launched), {"memory.mode": "persistent", "memory.store": str(tmp_path / "memory")}
+    q = Question(id="q", question="What is the price of Wequos Monitor?")
+    for run_id, script in (("run-1", [plan("search", "Wequos Monitor price"), plan("answer")]), ("run-2", [plan("answer")])):
+        clear_backend_cache()
+        s = scripted_settings(script, [answer("2,016.16 dollars", 1)], corpus=corpus, as_of=AS_OF, **store)
+        out = research(q, s, run_id=run_id, steps=DIRECT_STEPS)
+    [recheck] = out.prior["rechecked"]
+    assert recheck["accepted"] is True, recheck  # the kept passages still read as the source's, once cut alike
+    shown = render_evidence(out.memory.accepted_view(), 4000)
+    assert "1,319.46" not in shown and "launched in 2007" in shown
     clear_backend_cache()
