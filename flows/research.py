@@ -16,7 +16,7 @@ from flows.review import review_outcome
 from infra.runtime.events import RunLog
 from infra.runtime.settings import Settings
 from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
-from tasks.checks import check_answer_coverage, check_computed
+from tasks.checks import check_answer_coverage
 from tasks.contracts import (
     ANSWER_TOOL,
     Answer,
@@ -108,7 +108,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
 
     feedback: Verdict | None = None
     stop: Stop | None = None
-    gate_refusals = computes = 0
+    gate_refusals = 0
     judged: list[JudgedStep] = []
     try:
         for record in prior.candidates if prior else ():  # earlier evidence counts only once re-verified here
@@ -129,10 +129,9 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             step_id = policy.steps
             view = memory.accepted_view()
             planner_view = view[-1:] if settings.memory.planner_view == "last" else view  # modular-nomem ablation
-            refused = feedback.failure_type if feedback is not None else None
+            gated = feedback is not None and feedback.failure_type is FailureType.incomplete_evidence
             outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline(), lessons=lessons,
-                                      allow_answer=refused is not FailureType.incomplete_evidence,  # look something up
-                                      compute=refused is FailureType.needs_computation)  # a program for the value
+                                      allow_answer=not gated)  # after the answer gate refused: look something up
             ledger.planner(step_id, outcome)
             if outcome.plan is None:  # an invalid plan never enters memory
                 feedback = _rejection(step_id, outcome.failure_type, outcome.error or "no plan")
@@ -140,18 +139,12 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
                 stop = policy.note_rejection(outcome.failure_type)
                 continue
             plan = outcome.plan
-            if plan.tool == ANSWER_TOOL:  # the Verifier's gates: the evidence leaves out what the question names,
+            if plan.tool == ANSWER_TOOL:
                 gap = check_answer_coverage(q, view) if gate_refusals < settings.verifier.answer_gate else None
-                if (gap is None or gap.failure is None) and computes < settings.verifier.compute_gate \
-                        and "python" in settings.tools.allow:
-                    gap = check_computed(q, view)  # or no program has computed the value it asks for
                 if gap is None or gap.failure is None:
                     stop = Stop(StopReason.answered, detail=plan.justification)
                     break
-                if gap.failure.type is FailureType.needs_computation:
-                    computes += 1
-                else:
-                    gate_refusals += 1
+                gate_refusals += 1  # the Verifier's answer gate: the evidence leaves out what the question names
                 feedback = refuse(plan, gap.failure.type, gap.failure.reason)
                 stop = policy.note_rejection(gap.failure.type)
                 continue

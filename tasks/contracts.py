@@ -72,7 +72,6 @@ class FailureType(str, Enum):
     implausible_value = "implausible_value"  # a value the question rules out: a negative amount, half a person
     wrong_attribute = "wrong_attribute"  # the cited passage states the value for another property than the claim's
     incomplete_evidence = "incomplete_evidence"  # an answer step before the evidence states what the question names
-    needs_computation = "needs_computation"  # an answer step before a program computed the value the question asks for
     repeated_plan = "repeated_plan"
     model_error = "model_error"
     budget = "budget"

@@ -204,10 +204,6 @@ class VerifierConfig(_Section):
         default=0, ge=0, le=5, description="Most times per question an answer step is refused because the accepted "
         "search evidence does not yet state a property or a name the question asks about (tasks/checks/coverage.py); "
         "the missing ones go to the Planner. 0: off.")
-    compute_gate: int = Field(
-        default=0, ge=0, le=3, description="Most times per question an answer step is refused because the question asks "
-        "for a computed value (ratio, difference, total ...) and no program's result is accepted yet "
-        "(tasks/checks/computed.py); the next turn is then a python step written from the question and the evidence. 0: off.")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(
         default="replan", description="Next action when a result contradicts accepted memory: seek a tie-breaking source, or stop.")
 

@@ -21,7 +21,7 @@ from tasks.contracts import (
     Verdict,
     plan_draft_schema,
 )
-from tasks.modules.programs import COMPUTE_SUB_GOAL, COMPUTE_TASK, with_program
+from tasks.modules.programs import with_program
 from tasks.modules.prompts import ParseError, parse_json_reply, planner_messages, render_evidence
 from tasks.modules.tools import tool_cards
 
@@ -37,9 +37,7 @@ class Planner:
 
     def plan(self, question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int,
              deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
-             allow_answer: bool = True, compute: bool = False) -> PlanOutcome:
-        if compute and "python" in self.cards:
-            return self.compute(question, view, step_id, deadline_s)
+             allow_answer: bool = True) -> PlanOutcome:
         messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos,
                                     getattr(self.backend, "reply_fields", None), allow_answer)
         schema = plan_draft_schema([*self.cards, ANSWER_TOOL] if allow_answer else list(self.cards))
@@ -59,17 +57,6 @@ class Planner:
             return PlanOutcome(plan=plan, usage=usage, raw=c.text)
         # tool_input said what to compute; the same model now writes the program (tasks/modules/programs.py)
         return with_program(plan, usage, c.text, self.backend, self.config, question,
-                            render_evidence(view, self.view_chars), deadline_s)
-
-    def compute(self, question: str, view: list[MemoryItem], step_id: int, deadline_s: float | None = None) -> PlanOutcome:
-        """The turn after the compute gate refused an answer: a python step that computes the question's value, its
-        program written by the program call from the question and the evidence (the step is fixed, so no plan call)."""
-        plan = Plan(step_id=step_id, sub_goal=COMPUTE_SUB_GOAL, tool="python", args={"code": COMPUTE_TASK},
-                    expected_evidence="a number", max_cost=self.cards["python"].cost,
-                    justification="the question asks for a computed value and no program has computed it")
-        # no worked example: its quantities leak into programs over evidence (one copied its "trays" and "rolls"), and
-        # without it the 0.5B's programs over 15 world questions' evidence printed the answer 7 times against 4
-        return with_program(plan, None, "", self.backend, self.config.model_copy(update={"demos": False}), question,
                             render_evidence(view, self.view_chars), deadline_s)
 
     def promote(self, draft: PlanDraft, step_id: int) -> Plan:
@@ -101,8 +88,7 @@ def build_planner(settings: Settings) -> Planner:
 @task(name="plan_step", retries=0, cache_policy=NO_CACHE, task_run_name="plan-{task_id}-step{step_id}")
 def plan_step(question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int, task_id: str,
               settings: Settings, deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
-              allow_answer: bool = True, compute: bool = False) -> PlanOutcome:
+              allow_answer: bool = True) -> PlanOutcome:
     """Propose the next step for one question (lessons: earlier runs' records, shown marked prior); with
-    allow_answer=False the reply's tool is one of the tools, not `answer` (the turn after the answer gate refused);
-    with compute=True the step is a python program for the question's value (the turn after the compute gate refused)."""
-    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons, allow_answer, compute)
+    allow_answer=False the reply's tool is one of the tools, not `answer` (the turn after the answer gate refused)."""
+    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons, allow_answer)

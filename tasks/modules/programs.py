@@ -24,10 +24,6 @@ PROGRAM_SYSTEM = ("You write the Python program for one step of a research agent
 PROGRAM_MAX_TOKENS = 256
 """A step's program is short; the cap also bounds the call's declared cost."""
 
-COMPUTE_SUB_GOAL = "compute the value the question asks for from the verified values"
-COMPUTE_TASK = "compute the value the question asks for from the numbers the question and the evidence state, and print it"
-"""The compute turn's fixed step (tasks/checks/computed.py): the program call writes its program."""
-
 _BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 
 
@@ -57,12 +53,11 @@ def program_messages(question: str, evidence: str, task: str, demos: bool = Fals
             {"role": "user", "content": _user(question, evidence, task)}]
 
 
-def with_program(plan: Plan, usage: ModelUsage | None, raw: str, backend: ModelBackend, config: ModelConfig, question: str,
+def with_program(plan: Plan, usage: ModelUsage, raw: str, backend: ModelBackend, config: ModelConfig, question: str,
                  evidence: str, deadline_s: float | None = None) -> PlanOutcome:
     """The turn's outcome once the program call has written the program for the python `plan`, whose args hold the
     task: the plan with the program in their place, both calls' usage and replies; a model error, or a reply that
-    holds no program, is the turn's failure (the Planner and the monolithic agent treat it as their own). `usage`
-    is None when no plan call came first (the compute turn after the compute gate refused an answer)."""
+    holds no program, is the turn's failure (the Planner and the monolithic agent treat it as their own)."""
     task = str(plan.args.get("code", ""))
     try:
         c = backend.complete(program_messages(question, evidence, task, config.demos), json_schema=None,
@@ -70,8 +65,8 @@ def with_program(plan: Plan, usage: ModelUsage | None, raw: str, backend: ModelB
                              seed=config.seed, deadline_s=deadline_s)
     except ModelError as exc:
         return PlanOutcome(usage=usage, failure_type=FailureType.model_error, error=f"program call: {exc}", raw=raw)
-    both = total_usage([u for u in (usage, ModelUsage(model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out,
-                                                      latency_ms=c.latency_ms)) if u is not None])
+    both = total_usage([usage, ModelUsage(model=c.model, tokens_in=c.tokens_in, tokens_out=c.tokens_out,
+                                          latency_ms=c.latency_ms)])
     code = program_of(c.text)
     if not code:
         return PlanOutcome(usage=both, failure_type=FailureType.schema, error="the program call wrote no program",

@@ -285,7 +285,6 @@ FAILURE_HINTS.update({
     "citation_mismatch": "The cited source does not state that value. Cite the passage that states it, exactly as written.",
     "unsupported": "No retrieved source states that claim. Search for a source that states it.",
     "incomplete_evidence": "Do not answer yet. Search for what the evidence is missing, then answer.",
-    "needs_computation": "Do not answer yet. Compute the value with python from the verified values, then answer.",
 })
 
 JUDGE_SYSTEM = (
