@@ -16,7 +16,7 @@ from flows.review import review_outcome
 from infra.runtime.events import RunLog
 from infra.runtime.settings import Settings
 from tasks.budget import Budget, CallCost, Stop, StopPolicy, answer_status
-from tasks.checks import check_answer_coverage
+from tasks.checks import check_answer_coverage, check_evidence_first
 from tasks.contracts import (
     ANSWER_TOOL,
     Answer,
@@ -109,6 +109,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
     feedback: Verdict | None = None
     stop: Stop | None = None
     gate_refusals = 0
+    avoid: tuple[str, ...] = ()  # what the next turn may not choose
     judged: list[JudgedStep] = []
     try:
         for record in prior.candidates if prior else ():  # earlier evidence counts only once re-verified here
@@ -131,7 +132,8 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             planner_view = view[-1:] if settings.memory.planner_view == "last" else view  # modular-nomem ablation
             gated = feedback is not None and feedback.failure_type is FailureType.incomplete_evidence
             outcome = steps.plan_step(q, planner_view, feedback, step_id, tid, settings, deadline(), lessons=lessons,
-                                      allow_answer=not gated)  # after the answer gate refused: look something up
+                                      allow_answer=not gated, avoid=avoid)  # after a gate refused: look something up
+            avoid = ()
             ledger.planner(step_id, outcome)
             if outcome.plan is None:  # an invalid plan never enters memory
                 feedback = _rejection(step_id, outcome.failure_type, outcome.error or "no plan")
@@ -147,6 +149,11 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
                 gate_refusals += 1  # the Verifier's answer gate: the evidence leaves out what the question names
                 feedback = refuse(plan, gap.failure.type, gap.failure.reason)
                 stop = policy.note_rejection(gap.failure.type)
+                continue
+            early = check_evidence_first(q, plan, view) if settings.verifier.evidence_first else None
+            if early is not None and early.failure is not None:  # nothing to compute with yet: find evidence first
+                feedback, avoid = refuse(plan, early.failure.type, early.failure.reason), ("python", ANSWER_TOOL)
+                stop = policy.note_rejection(early.failure.type)
                 continue
             stop = policy.note_plan(plan.signature())
             if stop or policy.is_repeat(plan.signature()):  # a repeated plan is refused, not re-run

@@ -55,12 +55,13 @@ class Recording:
         self.steps = ModuleSteps(self.plan, DIRECT_STEPS.execute_step, DIRECT_STEPS.verify_step,
                                  generate or DIRECT_STEPS.generate_answer)
 
-    def plan(self, question, view, feedback, step_id, task_id, settings, deadline_s=None, lessons=None, allow_answer=True):
+    def plan(self, question, view, feedback, step_id, task_id, settings, deadline_s=None, lessons=None, allow_answer=True,
+             avoid=()):
         self.lessons.append(list(lessons or []))
         self.views.append(view)
         self.messages.append(planner_messages(question, {}, view, feedback, 2400, lessons))
         return DIRECT_STEPS.plan_step(question, view, feedback, step_id, task_id, settings, deadline_s, lessons=lessons,
-                                      allow_answer=allow_answer)
+                                      allow_answer=allow_answer, avoid=avoid)
 
 
 def extractive_generate(question, view, task_id, settings, deadline_s=None):

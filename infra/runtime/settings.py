@@ -204,6 +204,10 @@ class VerifierConfig(_Section):
         default=0, ge=0, le=5, description="Most times per question an answer step is refused because the accepted "
         "search evidence does not yet state a property or a name the question asks about (tasks/checks/coverage.py); "
         "the missing ones go to the Planner. 0: off.")
+    evidence_first: bool = Field(
+        default=False, description="A python step for a question that states no quantities, before any evidence is "
+        "accepted, is refused before it runs, and the next turn must choose a tool that finds evidence "
+        "(tasks/checks/grounding.py).")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(
         default="replan", description="Next action when a result contradicts accepted memory: seek a tie-breaking source, or stop.")
 

@@ -37,10 +37,11 @@ class Planner:
 
     def plan(self, question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int,
              deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
-             allow_answer: bool = True) -> PlanOutcome:
+             allow_answer: bool = True, avoid: tuple[str, ...] = ()) -> PlanOutcome:
         messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos,
                                     getattr(self.backend, "reply_fields", None), allow_answer)
-        schema = plan_draft_schema([*self.cards, ANSWER_TOOL] if allow_answer else list(self.cards))
+        choices = [t for t in [*self.cards, *([ANSWER_TOOL] if allow_answer else [])] if t not in avoid]
+        schema = plan_draft_schema(choices or list(self.cards))
         try:
             c = self.backend.complete(messages, json_schema=schema, max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
@@ -88,7 +89,8 @@ def build_planner(settings: Settings) -> Planner:
 @task(name="plan_step", retries=0, cache_policy=NO_CACHE, task_run_name="plan-{task_id}-step{step_id}")
 def plan_step(question: str, view: list[MemoryItem], feedback: Verdict | None, step_id: int, task_id: str,
               settings: Settings, deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
-              allow_answer: bool = True) -> PlanOutcome:
+              allow_answer: bool = True, avoid: tuple[str, ...] = ()) -> PlanOutcome:
     """Propose the next step for one question (lessons: earlier runs' records, shown marked prior); with
-    allow_answer=False the reply's tool is one of the tools, not `answer` (the turn after the answer gate refused)."""
-    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons, allow_answer)
+    allow_answer=False the reply's tool is one of the tools, not `answer` (the turn after the answer gate refused);
+    `avoid` names tools (or `answer`) the reply may not choose (the turn after a program was refused for want of evidence)."""
+    return build_planner(settings).plan(question, view, feedback, step_id, deadline_s, lessons, allow_answer, avoid)
