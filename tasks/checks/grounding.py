@@ -4,7 +4,7 @@
 often opens such a question with a python step anyway, writing the values from memory ("Fokail_population =
 1000000000") or as invalid names ("Merourk Router revenue = 1000000"); the Verifier rejects each, and the Planner
 writes another, until three rejections stop the run (`no_progress`: 9 of the 50 world test questions of seed 0,
-7 of them after python steps only). The loop now refuses such a step before it runs, and the next turn may only
+8 of them after python steps only). The loop now refuses such a step before it runs, and the next turn may only
 choose a tool that finds evidence (`verifier.evidence_first`). A question stating quantities (a word problem,
 "36 multiplied by 317"), or any accepted evidence, leaves programs alone.
 """

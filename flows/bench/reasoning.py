@@ -1,0 +1,85 @@
+"""The direct baseline's prompt vs the same model reasoning step by step, no tools, greedy.
+
+The tables' direct system (tasks/baselines/direct.py) makes one Generator call: "Be brief", a one-line worked
+example, the Generator's 256-token cap. A small model reasons in its reply or not at all, so this measures what that
+prompt costs the baseline: the same questions with the tables' direct prompt and with a step-by-step prompt and more
+tokens, each scored like the tables (the benchmark's scorer on the whole reply). One JSON line per question; prints
+the counts (docs/results.md, "How strong is direct?").
+
+    python -m flows.bench.reasoning QUESTIONS.jsonl --benchmark gsm8k --limit 50 --out runs/reasoning.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from infra.models import build_backend
+from infra.runtime.settings import ConfigError, load_settings
+from tasks.eval.scorers import score
+from tasks.modules.prompts import direct_messages
+
+STEP_BY_STEP = "Solve the problem step by step. Then end with one line 'Answer: <final answer>'."
+STEP_BY_STEP_TOKENS = 512
+
+
+def step_by_step_messages(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": STEP_BY_STEP}, {"role": "user", "content": question}]
+
+
+def compare(questions: list[dict], settings, benchmark: str, out: Path) -> dict[str, float]:
+    """Both prompts for each question, greedy; one JSON line each in `out`; the counts and mean reply tokens."""
+    cfg = settings.models.generator
+    backend = build_backend(cfg)
+    arms = {"direct": (lambda q: direct_messages(q, cfg.demos), cfg.max_tokens),
+            "step_by_step": (step_by_step_messages, STEP_BY_STEP_TOKENS)}
+    counts: dict[str, float] = {"questions": 0, **{a: 0 for a in arms}, **{f"{a}_tokens_out": 0 for a in arms}}
+    with out.open("w") as f:
+        for q in questions:
+            row = {"id": q["id"], "gold": q["answer"]}
+            for arm, (messages, max_tokens) in arms.items():
+                t0 = time.perf_counter()
+                c = backend.complete(messages(q["question"]), max_tokens=max_tokens, temperature=0.0, seed=0)
+                right = bool(score(benchmark, c.text, q).correct)
+                row |= {arm: c.text, f"{arm}_right": right, f"{arm}_tokens_out": c.tokens_out,
+                        f"{arm}_s": round(time.perf_counter() - t0, 2)}
+                counts[arm] += right
+                counts[f"{arm}_tokens_out"] += c.tokens_out
+            f.write(json.dumps(row) + "\n")
+            counts["questions"] += 1
+    for arm in arms:
+        counts[f"{arm}_tokens_out"] = round(counts[f"{arm}_tokens_out"] / max(1, counts["questions"]), 1)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flows.bench.reasoning", description=__doc__.splitlines()[0])
+    p.add_argument("questions", help="JSON lines {id, question, answer} (agentflow data prepare's questions.jsonl)")
+    p.add_argument("--benchmark", default="gsm8k", help="whose scorer grades the replies")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--out", default="runs/reasoning.jsonl")
+    p.add_argument("--config", default=None)
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    a = p.parse_args(argv)
+    try:
+        settings = load_settings(a.config, a.overrides)
+        lines = Path(a.questions).read_text().splitlines()
+        questions = [json.loads(line) for line in lines if line.strip()][: a.limit]
+        missing = [i for i, q in enumerate(questions, 1) if not {"id", "question", "answer"} <= set(q)]
+        if missing:
+            raise ValueError(f"line {missing[0]} lacks id, question or answer")
+        score(a.benchmark, "0", questions[0] if questions else "0")  # an unknown benchmark fails here, not mid-run
+    except (ConfigError, OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(json.dumps(compare(questions, settings, a.benchmark, out)))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
