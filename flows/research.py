@@ -150,7 +150,8 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
                 feedback = refuse(plan, gap.failure.type, gap.failure.reason)
                 stop = policy.note_rejection(gap.failure.type)
                 continue
-            early = check_evidence_first(q, plan, view) if settings.verifier.evidence_first else None
+            early = check_evidence_first(q, plan, view) \
+                if settings.verifier.evidence_first and plan.tool in settings.tools.allow else None  # else: denied
             if early is not None and early.failure is not None:  # nothing to compute with yet: find evidence first
                 feedback, avoid = refuse(plan, early.failure.type, early.failure.reason), ("python", ANSWER_TOOL)
                 stop = policy.note_rejection(early.failure.type)

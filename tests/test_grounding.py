@@ -58,7 +58,7 @@ def _run(tmp_path, planner, generator, **overrides):
 def test_in_the_loop_the_refused_program_never_runs_and_the_next_turn_must_find_evidence(tmp_path):
     code = "print('Dydan' if 1243 > 105 else 'Porax')"
     out, s = _run(tmp_path, [plan("python", GUESS), plan("search", "Dydan Porax area"), plan("python", code), plan("answer")],
-                  [answer("Dydan", 3)], **{"verifier.evidence_first": True})
+                  [answer("Dydan", 3)])  # on by default
     assert out.answer.status is AnswerStatus.answered and out.answer.text == "Dydan"
     assert [r.tool for r in out.records if r.role == "executor"] == ["search", "python"]  # the guess never ran
     refusal = next(i for i in out.memory.debug_trace() if i.failure_type is FailureType.unsupported)
@@ -70,5 +70,11 @@ def test_in_the_loop_the_refused_program_never_runs_and_the_next_turn_must_find_
 
 
 def test_off_the_program_runs_as_before(tmp_path):
-    out, _ = _run(tmp_path, [plan("python", GUESS), plan("answer")], [answer("Porax", 1)])
+    out, _ = _run(tmp_path, [plan("python", GUESS), plan("answer")], [answer("Porax", 1)], **{"verifier.evidence_first": False})
     assert [r.tool for r in out.records if r.role == "executor"] == ["python"]
+
+
+def test_a_tool_outside_the_allow_list_is_denied_as_before_not_refused_for_evidence(tmp_path):
+    out, _ = _run(tmp_path, [plan("python", GUESS), plan("answer")], [answer("Porax", 1)], **{"tools.allow": ["search"]})
+    [executed] = [r for r in out.records if r.role == "executor"]
+    assert executed.tool == "python" and executed.detail.startswith("denied")  # permission is decided first

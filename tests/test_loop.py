@@ -55,7 +55,8 @@ def test_same_plan_forever_stops_as_repeated_plan_and_is_not_rerun(corpus_file):
 
 def test_always_rejected_results_stop_as_no_progress_and_never_enter_memory():
     codes = [plan("python", f"raise SystemExit({i})") for i in range(1, 10)]
-    s = scripted_settings(codes, budget={"max_consecutive_rejections": 3, "max_steps": 9})
+    s = scripted_settings(codes, budget={"max_consecutive_rejections": 3, "max_steps": 9},
+                          verifier={"evidence_first": False})  # the programs must run: this is the tool-error path
     out = _run(s)
     assert out.answer.stop_reason is StopReason.no_progress
     assert out.answer.status is AnswerStatus.uncertain

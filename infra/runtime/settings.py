@@ -205,7 +205,7 @@ class VerifierConfig(_Section):
         "search evidence does not yet state a property or a name the question asks about (tasks/checks/coverage.py); "
         "the missing ones go to the Planner. 0: off.")
     evidence_first: bool = Field(
-        default=False, description="A python step for a question that states no quantities, before any evidence is "
+        default=True, description="A python step for a question that states no quantities, before any evidence is "
         "accepted, is refused before it runs, and the next turn must choose a tool that finds evidence "
         "(tasks/checks/grounding.py).")
     on_conflict: Literal["replan", "stop_uncertain", "human_review"] = Field(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tasks.checks.context import Outcome, failed, passed
 from tasks.checks.quantities import stated_quantities
+from tasks.checks.text import numbers_in, tokens
 from tasks.contracts import FailureType, MemoryItem, Plan
 
 NAME = "evidence_first"
@@ -20,7 +21,7 @@ NAME = "evidence_first"
 
 def check_evidence_first(question: str, plan: Plan, view: list[MemoryItem]) -> Outcome:
     """Failed for a python step when nothing is accepted yet and the question states no quantity to compute with."""
-    if plan.tool != "python" or view or stated_quantities(question):
+    if plan.tool != "python" or view or stated_quantities(question) or numbers_in(tokens(question)):  # 0s and 1s too
         return passed(NAME, "n/a: not a program, evidence is accepted, or the question states quantities")
     return failed(NAME, "a program before any evidence, for a question that states no quantities",
                   FailureType.unsupported, "the question states no numbers and no evidence is accepted yet, so a "
