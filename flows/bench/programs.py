@@ -10,14 +10,14 @@ question and prints the counts (docs/inference.md, "Where programs are written")
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from infra.runtime.settings import ConfigError, load_settings
+from flows.bench.probe import probe_inputs, probe_parser
+from infra.runtime.settings import ConfigError
 from tasks.checks.quantities import last_printed
 from tasks.modules import recompute
 from tasks.modules.planner import build_planner
@@ -68,20 +68,9 @@ def compare(questions: list[dict], settings, out: Path) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flows.bench.programs", description=__doc__.splitlines()[0])
-    p.add_argument("questions", help="JSON lines {id, question, answer} (agentflow data prepare's questions.jsonl)")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--out", default="runs/programs.jsonl")
-    p.add_argument("--config", default=None)
-    p.add_argument("--set", dest="overrides", action="append", default=[])
-    a = p.parse_args(argv)
+    a = probe_parser("python -m flows.bench.programs", __doc__, "runs/programs.jsonl").parse_args(argv)
     try:
-        settings = load_settings(a.config, a.overrides)
-        lines = Path(a.questions).read_text().splitlines()
-        questions = [json.loads(line) for line in lines if line.strip()][: a.limit]
-        missing = [i for i, q in enumerate(questions, 1) if not {"id", "question", "answer"} <= set(q)]
-        if missing:
-            raise ValueError(f"line {missing[0]} lacks id, question or answer")
+        settings, questions = probe_inputs(a)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

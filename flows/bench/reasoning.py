@@ -11,14 +11,14 @@ the counts (docs/results.md, "How strong is direct?").
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from flows.bench.probe import probe_inputs, probe_parser
 from infra.models import build_backend
-from infra.runtime.settings import ConfigError, load_settings
+from infra.runtime.settings import ConfigError
 from tasks.eval.scorers import score
 from tasks.modules.prompts import direct_messages
 
@@ -56,21 +56,11 @@ def compare(questions: list[dict], settings, benchmark: str, out: Path) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flows.bench.reasoning", description=__doc__.splitlines()[0])
-    p.add_argument("questions", help="JSON lines {id, question, answer} (agentflow data prepare's questions.jsonl)")
+    p = probe_parser("python -m flows.bench.reasoning", __doc__, "runs/reasoning.jsonl")
     p.add_argument("--benchmark", default="gsm8k", help="whose scorer grades the replies")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--out", default="runs/reasoning.jsonl")
-    p.add_argument("--config", default=None)
-    p.add_argument("--set", dest="overrides", action="append", default=[])
     a = p.parse_args(argv)
     try:
-        settings = load_settings(a.config, a.overrides)
-        lines = Path(a.questions).read_text().splitlines()
-        questions = [json.loads(line) for line in lines if line.strip()][: a.limit]
-        missing = [i for i, q in enumerate(questions, 1) if not {"id", "question", "answer"} <= set(q)]
-        if missing:
-            raise ValueError(f"line {missing[0]} lacks id, question or answer")
+        settings, questions = probe_inputs(a)
         score(a.benchmark, "0", questions[0] if questions else "0")  # an unknown benchmark fails here, not mid-run
     except (ConfigError, OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
