@@ -64,9 +64,9 @@ class EvolvingMemory:
         source = result.source
         if verdict.accepted and verdict.superseded:  # evidence is what stands: an older value a newer source replaced is cut
             content = without_superseded(result.data, verdict.superseded)
-            live = content["passages"]
-            if live and source is not None and source.uri != Source.of_passage(live[0]).uri:
-                source = Source.of_passage(live[0]).model_copy(update={"retrieved_at": source.retrieved_at})
+            top = Source.of_passage(content["passages"][0]) if content["passages"] else None
+            if top is not None and source is not None and source.uri != top.uri:  # the top passage was cut
+                source = top.model_copy(update={"retrieved_at": source.retrieved_at})
         item = MemoryItem(
             id=f"step-{plan.step_id}",
             step_id=plan.step_id,

@@ -17,8 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
+from infra.runtime.storage import ResultStore
 from tasks.eval.scorers import score
 
 HERE = Path(__file__).resolve().parents[2] / "bench" / "unseen-check"
@@ -44,10 +43,7 @@ def build(out: Path, datasets: Path) -> list[dict]:
 
 def grade(run_dir: Path, questions: list[dict]) -> list[dict]:
     """Each question's answer from a batch run's answers, scored by its answer type; cited means at least one citation."""
-    answers = {}
-    for part in sorted((run_dir / "answers").glob("*.parquet")):
-        for row in pq.read_table(part).to_pylist():
-            answers[row["task_id"]] = row
+    answers = {row["task_id"]: row for row in ResultStore(str(run_dir)).read_table("answers").to_pylist()}
     rows = []
     for q in questions:
         a = answers.get(q["id"])

@@ -27,6 +27,7 @@ from tasks.contracts import (
     NextAction,
     Plan,
     Result,
+    SupersededSentence,
     ToolCard,
 )
 
@@ -50,7 +51,7 @@ class Outcome:
     failure: Failure | None = None
     undecided: str | None = None  # a question only a judge can settle
     supersedes: str | None = None  # an accepted memory item this step's newer source replaces
-    superseded: list = field(default_factory=list)  # SupersededSentence: older sentences of this result a newer one replaces
+    superseded: list[SupersededSentence] = field(default_factory=list)  # older sentences of this result a newer one replaces
 
 
 def passed(name: str, detail: str) -> Outcome:
