@@ -260,6 +260,14 @@ class SupersededSentence(_Record):
     by_published_at: date
 
 
+class QuarantinedPassage(_Record):
+    """A passage of a search result with instruction-like text (tasks/checks/injection.py): left out of the evidence,
+    so no role ever reads it; recorded by its doc id and the phrase that flagged it, never its text."""
+
+    doc_id: str
+    phrase: str = Field(max_length=120, description="The instruction-like phrase found in it.")
+
+
 class Verdict(_Record):
     """The Verifier's judgement of one step; its failure_type and reason feed the next plan."""
 
@@ -274,6 +282,8 @@ class Verdict(_Record):
     supersedes: str | None = Field(default=None, description="Accepted memory item this step's newer source replaces.")
     superseded: list[SupersededSentence] = Field(default_factory=list, description="Sentences of this result's older "
                                                  "passages that a newer passage of the same result contradicts.")
+    quarantined: list[QuarantinedPassage] = Field(default_factory=list, description="Passages of this result left out "
+                                                  "of the evidence for instruction-like text; the rest was judged.")
     judge_independent: bool | None = Field(default=None, description="None: no LLM judge was asked; False: the judge shares "
                                            "a model with the Planner or Executor, so its confidence is capped.")
     usage: ModelUsage | None = Field(default=None, description="What the LLM judge cost, when one was asked.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from tasks.checks.injection import quarantine, top_source
 from tasks.checks.supersession import without_superseded
 from tasks.contracts import (
     FailureType,
@@ -18,7 +19,6 @@ from tasks.contracts import (
     Plan,
     Provenance,
     Result,
-    Source,
     Verdict,
     utcnow,
 )
@@ -37,6 +37,16 @@ TRANSITIONS: dict[MemoryStatus, frozenset[MemoryStatus]] = {
 }
 
 EVIDENCE_STATUSES = frozenset({MemoryStatus.accepted, MemoryStatus.estimate})
+
+
+def as_evidence(result: Result, verdict: Verdict) -> Result:
+    """What of an accepted result is evidence: quarantined passages left out (instruction-like text, injection.py) and
+    older sentences a newer passage replaced cut (supersession.py); the source follows the top passage left."""
+    kept = quarantine(result, verdict.quarantined)
+    if not verdict.superseded or not isinstance(kept.data, dict):
+        return kept
+    data = without_superseded(kept.data, verdict.superseded)
+    return kept.model_copy(update={"data": data, "source": top_source(kept.source, data)})
 
 
 class EvolvingMemory:
@@ -60,13 +70,11 @@ class EvolvingMemory:
         now = self._clock()
         estimate = result.model is not None
         origin = Origin.prior if prior_id else Origin.run
-        content = result.data if verdict.accepted else {"data": result.data, "error": result.error}
-        source = result.source
-        if verdict.accepted and verdict.superseded:  # evidence is what stands: an older value a newer source replaced is cut
-            content = without_superseded(result.data, verdict.superseded)
-            top = Source.of_passage(content["passages"][0]) if content["passages"] else None
-            if top is not None and source is not None and source.uri != top.uri:  # the top passage was cut
-                source = top.model_copy(update={"retrieved_at": source.retrieved_at})
+        if verdict.accepted:
+            kept = as_evidence(result, verdict)
+            content, source = kept.data, kept.source
+        else:
+            content, source = {"data": result.data, "error": result.error}, result.source
         item = MemoryItem(
             id=f"step-{plan.step_id}",
             step_id=plan.step_id,

@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from infra.runtime.memory_store import MemoryStore
 from infra.runtime.settings import Settings
-from tasks.checks.supersession import without_superseded
 from tasks.contracts import (
     Answer,
     Check,
@@ -39,7 +38,6 @@ from tasks.contracts import (
     Result,
     ReviewAction,
     ReviewDecision,
-    SupersededSentence,
     Verdict,
     plan_signature,
     utcnow,
@@ -149,11 +147,14 @@ def _norm(text: Any) -> str:
     return " ".join(str(text or "").split())
 
 
-def consistency(record: PriorRecord, fresh: Result, superseded: list[SupersededSentence] = ()) -> Check:
+def consistency(record: PriorRecord, fresh: Result, verdict: Verdict | None = None) -> Check:
     """The source still says what the prior record says: same passage text, same program output. The fresh result is
-    compared as evidence, as the record was kept: with what a newer passage supersedes cut (supersession.py)."""
+    compared as evidence, as the record was kept (memory.as_evidence: quarantined passages and superseded sentences cut)."""
+    from tasks.memory import as_evidence
+
     prior = record.content if isinstance(record.content, dict) else {}
-    now = without_superseded(fresh.data, list(superseded)) if isinstance(fresh.data, dict) else {}
+    kept = as_evidence(fresh, verdict) if verdict is not None else fresh
+    now = kept.data if isinstance(kept.data, dict) else {}
     problems = []
     fresh_text = {str(p.get("doc_id")): _norm(p.get("text")) for p in now.get("passages") or [] if isinstance(p, dict)}
     for p in prior.get("passages") or []:
@@ -173,7 +174,7 @@ def consistency(record: PriorRecord, fresh: Result, superseded: list[SupersededS
 
 def judge(record: PriorRecord, fresh: Result, verdict: Verdict, now: datetime) -> Verdict:
     """This run's verdict on a prior record: the Verifier's, and the consistency check on top."""
-    check = consistency(record, fresh, verdict.superseded)
+    check = consistency(record, fresh, verdict)
     where = f"prior record {record.id} (run {record.run_id or '?'}, {record.age_days(now):.1f} days old)"
     checks = [*verdict.checks, check]
     if not verdict.accepted:

@@ -27,6 +27,7 @@ from tasks.contracts import (
     NextAction,
     Plan,
     Result,
+    QuarantinedPassage,
     SupersededSentence,
     ToolCard,
 )
@@ -52,6 +53,7 @@ class Outcome:
     undecided: str | None = None  # a question only a judge can settle
     supersedes: str | None = None  # an accepted memory item this step's newer source replaces
     superseded: list[SupersededSentence] = field(default_factory=list)  # older sentences of this result a newer one replaces
+    quarantined: list[QuarantinedPassage] = field(default_factory=list)  # passages with instruction-like text, left out
 
 
 def passed(name: str, detail: str) -> Outcome:

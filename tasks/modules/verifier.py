@@ -45,6 +45,7 @@ from tasks.contracts import (
     ToolCard,
     Verdict,
 )
+from tasks.checks.injection import quarantine
 from tasks.checks.quantities import last_printed
 from tasks.checks.text import canonical_number
 from tasks.modules.prompts import ParseError, judge_messages, parse_json_reply, render_evidence, render_result
@@ -192,7 +193,7 @@ class Verifier:
             return self._judge_only(plan.step_id, _step_text(plan), _claim_text(claim), render_result(result.model_dump(mode="json")), view)
         done: list[Check] = []
         questions: list[str] = []
-        supersedes, superseded = None, []
+        supersedes, superseded, quarantined = None, [], []
         for fn in self.checks:
             out: Outcome = fn(ctx)
             done.append(out.check)
@@ -204,9 +205,12 @@ class Verifier:
                 questions.append(out.undecided)
             supersedes = supersedes or out.supersedes
             superseded += out.superseded
+            if out.quarantined:  # the later checks, the judge and memory judge the rest; nothing reads these passages
+                quarantined += out.quarantined
+                ctx.result = quarantine(ctx.result, out.quarantined)
         evidence = _evidence(ctx)
         if questions:
-            return _keeping(self._settle(ctx, done, questions, evidence, supersedes), superseded)
+            return _keeping(self._settle(ctx, done, questions, evidence, supersedes), superseded, quarantined)
         usage = None
         if self.recomputer is not None and result.tool == "python" and question and applies(question):
             rejected, usage = self._independent(ctx, done)
@@ -220,7 +224,7 @@ class Verifier:
             level = "recomputed" if result.tool == "python" else "evidence_only"
         return Verdict(step_id=plan.step_id, accepted=True, checks=done, evidence=evidence, confidence=CONFIDENCE[level],
                        reason="passed " + ", ".join(c.name for c in done), next_action=NextAction.continue_,
-                       supersedes=supersedes, superseded=superseded, usage=usage)
+                       supersedes=supersedes, superseded=superseded, quarantined=quarantined, usage=usage)
 
     def _independent(self, ctx: StepContext, done: list[Check]) -> tuple[Verdict | None, ModelUsage | None]:
         """The Verifier's own programs for the question: (a rejection when a quorum agrees on another value, the
@@ -312,9 +316,12 @@ class Verifier:
                                 reply, result[:300] if reply.accepted else "", None)
 
 
-def _keeping(verdict: Verdict, superseded: list) -> Verdict:
-    """An accepted step keeps the record of which of its sentences a newer passage replaced; a rejected one keeps nothing."""
-    return verdict.model_copy(update={"superseded": superseded}) if verdict.accepted and superseded else verdict
+def _keeping(verdict: Verdict, superseded: list, quarantined: list) -> Verdict:
+    """An accepted step keeps the record of which of its sentences a newer passage replaced and which passages were
+    quarantined; a rejected one keeps nothing."""
+    if not verdict.accepted or not (superseded or quarantined):
+        return verdict
+    return verdict.model_copy(update={"superseded": superseded, "quarantined": quarantined})
 
 
 def _evidence(ctx: StepContext, limit: int = 300) -> str:
