@@ -407,6 +407,33 @@ def test_a_same_date_source_with_another_value_is_a_conflict_with_a_tie_breaker_
     rejected_by(v, "conflict", FailureType.conflict)
 
 
+def _verify_search(passages, question, **values):
+    p, r = search(passages)
+    return verifier(**values).verify(p, r, [], question)
+
+
+def test_a_search_without_a_claim_whose_equally_new_passages_disagree_is_a_conflict():
+    # the world's conflict questions: two passages of one date, one fact, two values, and no claim to compare
+    a = passage("d1", "Lequon is a port city. The population of Lequon is 251,354.", "Lequon", "2024-08-24")
+    b = passage("d2", "Statistics bulletin. Lequon has a population of 810,810.", "Lequon: population", "2024-08-24")
+    question = "Does the number of people living in Lequon exceed the number of people living in Lainejiark?"
+    v = _verify_search([a, b], question)
+    rejected_by(v, "conflict", FailureType.conflict)
+    assert "251,354" in v.reason and "810,810" in v.reason and "uncertain" in v.reason
+    assert v.next_action is NextAction.replan
+    assert _verify_search([a, b], question, **{"verifier.on_conflict": "stop_uncertain"}).next_action is NextAction.stop_uncertain
+
+
+def test_a_newer_source_an_undated_pair_or_a_fact_the_question_does_not_ask_about_is_no_conflict():
+    a = passage("d1", "The population of Lequon is 251,354.", "Lequon", "2024-08-24")
+    b = passage("d2", "Lequon has a population of 810,810.", "Lequon", "2024-08-24")
+    question = "How many people live in Lequon?"
+    assert _verify_search([a, {**b, "published_at": "2024-09-01"}], question).accepted  # the newer one settles it
+    assert _verify_search([{**a, "published_at": None}, {**b, "published_at": None}], question).accepted  # no order known
+    assert _verify_search([a, b], "What is the area of Lequon?").accepted  # not the property asked about
+    assert _verify_search([a, b], "How many people live in Porax?").accepted  # not a name the question or step names
+
+
 def test_agreeing_memory_is_not_a_conflict():
     v = verifier().verify(*search(claim=claim(), step_id=2), [memory_item(1, claim_=claim("212 metres"))])
     assert v.accepted

@@ -7,7 +7,8 @@ whichever it reads first. The rule: two sentences state the same fact when they 
 and one known property (attribute.py's families: "price" / "priced") and each states one number; where
 such sentences disagree, the newest passage's value stands and an older passage's sentence is superseded.
 Undated passages are never ordered, and sources of the same date that disagree are left to the conflict
-check: the rule only ever removes an older value that a strictly newer source replaces.
+check (`disagreements`, read by conflict.py): the rule only ever removes an older value that a strictly newer
+source replaces.
 """
 
 from __future__ import annotations
@@ -76,6 +77,35 @@ def superseded_sentences(passages: list[dict]) -> list[SupersededSentence]:
                 for f in dated if f.published < newest and f.value != by.value]
     order = {str(p.get("doc_id")): i for i, p in enumerate(passages)}
     return sorted(out, key=lambda s: order.get(s.doc_id, 0))
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """Equally new passages of one result that state one fact with different values."""
+
+    names: frozenset[str]  # lower-cased
+    prop: str
+    facts: tuple[_Fact, ...]  # the newest date's statements, one per value
+
+
+def disagreements(passages: list[dict]) -> list[Disagreement]:
+    """Facts whose newest dated statements in this result disagree: no newer source settles them (undated passages
+    are never compared: nothing says which of them is current)."""
+    out = []
+    for (names, prop), facts in _facts(passages).items():
+        dated = [f for f in facts if f.published is not None]
+        if not dated:
+            continue
+        newest = max(f.published for f in dated)
+        by_value = {f.value: f for f in dated if f.published == newest}
+        if len(by_value) > 1:
+            out.append(Disagreement(names, prop, tuple(by_value.values())))
+    return out
+
+
+def names_in(text: str) -> frozenset[str]:
+    """The lower-cased names a text states, as facts are keyed by them."""
+    return _names(text)
 
 
 def without_superseded(data: dict, superseded: list[SupersededSentence]) -> dict:
