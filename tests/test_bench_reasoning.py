@@ -19,7 +19,8 @@ def test_both_prompts_run_and_are_scored_with_the_benchmark_scorer(tmp_path):
     row = json.loads((tmp_path / "out.jsonl").read_text())
     assert row["direct_right"] is False and row["step_by_step_right"] is True
     first, second = build_backend(s.models.generator).requests
-    assert "Be brief" in first["messages"][0]["content"] and second["messages"][0]["content"] == reasoning.STEP_BY_STEP
+    assert first["messages"][0]["content"] == reasoning.BRIEF and second["messages"][0]["content"] == reasoning.STEP_BY_STEP
+    assert first["max_tokens"] == reasoning.BRIEF_TOKENS and second["max_tokens"] == reasoning.STEP_BY_STEP_TOKENS
     clear_backend_cache()
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from infra.runtime.settings import Settings
 from tasks.baselines.direct import run_direct
-from tasks.contracts import ANSWER_TOOL, AnswerDraft, PlanDraft, answer_draft_schema, plan_draft_schema
+from tasks.contracts import ANSWER_TOOL, AnswerDraft, PlanDraft, Question, answer_draft_schema, plan_draft_schema
 from tasks.modules import demos
 from tasks.modules.prompts import direct_messages, generator_messages, monolithic_messages, planner_messages
 from tasks.modules.tools import tool_cards
@@ -86,6 +86,18 @@ def test_monolithic_examples_are_transcripts():
 def test_direct_example_and_its_use():
     msgs = direct_messages("Q?", demos=True)
     assert msgs[2]["content"].endswith("Answer: 96") and msgs[-1]["content"] == "Question: Q?"
+    assert "step by step" in msgs[0]["content"]
+
+
+def test_direct_reasons_with_its_own_token_cap():
+    from infra.models import build_backend, clear_backend_cache
+
+    clear_backend_cache()
+    s = scripted_settings(["x"], ["3 * 4 = 12\nAnswer: 12"], **{"generator.direct_max_tokens": 300})
+    out = run_direct(Question(id="q", question="Tom has 3 bags of 4 apples. How many apples?"), s, run_id="r")
+    [request] = build_backend(s.models.generator).requests
+    assert request["max_tokens"] == 300 != s.models.generator.max_tokens and out.answer.text.endswith("Answer: 12")
+    clear_backend_cache()
 
 
 @pytest.mark.parametrize("on", [True, False])

@@ -1,10 +1,10 @@
-"""The direct baseline's prompt vs the same model reasoning step by step, no tools, greedy.
+"""The direct baseline's former prompt vs the same model reasoning step by step, no tools, greedy.
 
-The tables' direct system (tasks/baselines/direct.py) makes one Generator call: "Be brief", a one-line worked
-example, the Generator's 256-token cap. A small model reasons in its reply or not at all, so this measures what that
-prompt costs the baseline: the same questions with the tables' direct prompt and with a step-by-step prompt and more
+The tables' direct system (tasks/baselines/direct.py) made one Generator call: "Be brief" (BRIEF here), a one-line
+worked example, the Generator's 256-token cap. A small model reasons in its reply or not at all, so this measures what
+that prompt cost the baseline: the same questions with the brief prompt and with a step-by-step prompt and more
 tokens, each scored like the tables (the benchmark's scorer on the whole reply). One JSON line per question; prints
-the counts (docs/results.md, "How strong is direct?").
+the counts (docs/results.md, "How strong is direct?"). It is why direct now reasons step by step.
 
     python -m flows.bench.reasoning QUESTIONS.jsonl --benchmark gsm8k --limit 50 --out runs/reasoning.jsonl
 """
@@ -20,10 +20,18 @@ from flows.bench.probe import probe_inputs, probe_parser
 from infra.models import build_backend
 from infra.runtime.settings import ConfigError
 from tasks.eval.scorers import score
-from tasks.modules.prompts import direct_messages
+from tasks.modules.demos import DIRECT_QUESTION, DIRECT_REPLY
 
+BRIEF = "Answer the question from what you know; you have no tools. Be brief, and end with one line 'Answer: <final answer>'."
+BRIEF_TOKENS = 256
 STEP_BY_STEP = "Solve the problem step by step. Then end with one line 'Answer: <final answer>'."
 STEP_BY_STEP_TOKENS = 512
+
+
+def brief_messages(question: str, demos: bool = True) -> list[dict[str, str]]:
+    """The direct system's prompt before step by step (as it ran for the tables of 2026-12-06)."""
+    shown = [{"role": "user", "content": f"Question: {DIRECT_QUESTION}"}, {"role": "assistant", "content": DIRECT_REPLY}] if demos else []
+    return [{"role": "system", "content": BRIEF}, *shown, {"role": "user", "content": f"Question: {question}"}]
 
 
 def step_by_step_messages(question: str) -> list[dict[str, str]]:
@@ -34,7 +42,7 @@ def compare(questions: list[dict], settings, benchmark: str, out: Path) -> dict[
     """Both prompts for each question, greedy; one JSON line each in `out`; the counts and mean reply tokens."""
     cfg = settings.models.generator
     backend = build_backend(cfg)
-    arms = {"direct": (lambda q: direct_messages(q, cfg.demos), cfg.max_tokens),
+    arms = {"direct": (lambda q: brief_messages(q, cfg.demos), BRIEF_TOKENS),
             "step_by_step": (step_by_step_messages, STEP_BY_STEP_TOKENS)}
     counts: dict[str, float] = {"questions": 0, **{a: 0 for a in arms}, **{f"{a}_tokens_out": 0 for a in arms}}
     with out.open("w") as f:

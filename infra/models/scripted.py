@@ -95,13 +95,13 @@ class ScriptedBackend:
                 raise ModelError(f"scripted responder returned {type(text).__name__}, not str")
             with self._lock:
                 self.calls += 1
-                self.requests.append({"messages": messages, "json_schema": json_schema})
+                self.requests.append({"messages": messages, "json_schema": json_schema, "max_tokens": cap})
         else:
             with self._lock:
                 text = self._replies[self._next % len(self._replies)]
                 self._next += 1
                 self.calls += 1
-                self.requests.append({"messages": messages, "json_schema": json_schema})
+                self.requests.append({"messages": messages, "json_schema": json_schema, "max_tokens": cap})
         full = len(text) // 4 + 1
         return Completion(
             text=text,

@@ -168,6 +168,8 @@ class GeneratorConfig(_Section):
         "the right value far more often than it writes it, and the answer is grounded by construction. free: the model "
         "writes the answer (strong models; answers that are not a span of the evidence).")
     max_spans: int = Field(default=80, ge=4, description="span: most candidate values offered (newest evidence first).")
+    direct_max_tokens: int = Field(default=512, ge=1, description="The direct baseline's one call (the Generator's "
+                                   "model, no tools): room to reason step by step before its Answer line.")
 
 
 class VerifierConfig(_Section):

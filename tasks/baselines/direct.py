@@ -1,4 +1,5 @@
-"""The direct baseline: the Generator-role model answers in one call, with no tools and no evidence.
+"""The direct baseline: the Generator-role model answers in one call, with no tools and no evidence, reasoning step
+by step first (`generator.direct_max_tokens`).
 
 The call is admitted by the same Budget as every call of the other systems (its declared maximum of
 tokens and wall time must fit) and recorded by the same ledger, so its cost sits in the same tables.
@@ -36,9 +37,8 @@ def run_direct(question: Question, settings: Settings, *, run_id: str, log: RunL
     from tasks.memory import EvolvingMemory
 
     cfg = settings.models.generator
-    # the same declared maximum as the loop's Generator call (flows/research.py CallCosts)
-    cost = CallCost(Role.generator, model_tokens=cfg.max_input_tokens + cfg.max_tokens,
-                    wall_s=settings.budget.answer_reserve_s)
+    max_tokens = settings.generator.direct_max_tokens  # it reasons before it answers (prompts.direct_messages)
+    cost = CallCost(Role.generator, model_tokens=cfg.max_input_tokens + max_tokens, wall_s=settings.budget.answer_reserve_s)
     budget = Budget(settings.budget)
     ledger = RunLedger(run_id, question.id, budget, log)
     text = ""
@@ -47,7 +47,7 @@ def run_direct(question: Question, settings: Settings, *, run_id: str, log: RunL
         stop = Stop(StopReason.budget_exhausted, limit, f"the answer call would exceed {limit.value}")
     else:
         try:
-            c = build_backend(cfg).complete(direct_messages(question.question, cfg.demos), max_tokens=cfg.max_tokens,
+            c = build_backend(cfg).complete(direct_messages(question.question, cfg.demos), max_tokens=max_tokens,
                                             temperature=cfg.temperature, seed=cfg.seed,
                                             deadline_s=budget.remaining_wall_s())
         except ModelError as exc:
