@@ -42,6 +42,7 @@ from tasks.contracts import (
     plan_signature,
     utcnow,
 )
+from tasks.memory import as_evidence
 
 _WORD = re.compile(r"[a-z0-9]+")
 GENERIC_FAMILY = "generic"
@@ -150,8 +151,6 @@ def _norm(text: Any) -> str:
 def consistency(record: PriorRecord, fresh: Result, verdict: Verdict | None = None) -> Check:
     """The source still says what the prior record says: same passage text, same program output. The fresh result is
     compared as evidence, as the record was kept (memory.as_evidence: quarantined passages and superseded sentences cut)."""
-    from tasks.memory import as_evidence
-
     prior = record.content if isinstance(record.content, dict) else {}
     kept = as_evidence(fresh, verdict) if verdict is not None else fresh
     now = kept.data if isinstance(kept.data, dict) else {}

@@ -36,7 +36,8 @@ class _Fact:
     value: object  # Decimal
 
 
-def _names(sentence: str) -> frozenset[str]:
+def names_in(sentence: str) -> frozenset[str]:
+    """The lower-cased names a text states, as facts are keyed by them."""
     out = set()
     for m in _NAME.finditer(sentence):
         words = m.group(0).split()
@@ -54,7 +55,7 @@ def _facts(passages: list[dict]) -> dict[tuple, list[_Fact]]:
     for p in passages:
         published = parse_date(p.get("published_at"))
         for s in sentences(str(p.get("text", ""))):
-            names, props, numbers = _names(s), families(s), numbers_in(tokens(s))
+            names, props, numbers = names_in(s), families(s), numbers_in(tokens(s))
             if names and len(props) == 1 and len(numbers) == 1:
                 by_key[(names, next(iter(props)))].append(_Fact(str(p.get("doc_id")), s.strip(), published, numbers[0]))
     return by_key
@@ -101,11 +102,6 @@ def disagreements(passages: list[dict]) -> list[Disagreement]:
         if len(by_value) > 1:
             out.append(Disagreement(names, prop, tuple(by_value.values())))
     return out
-
-
-def names_in(text: str) -> frozenset[str]:
-    """The lower-cased names a text states, as facts are keyed by them."""
-    return _names(text)
 
 
 def without_superseded(data: dict, superseded: list[SupersededSentence]) -> dict:
