@@ -9,13 +9,8 @@ import pytest
 
 from flows.research import DIRECT_STEPS, research
 from infra.models import build_backend, clear_backend_cache
-from infra.runtime.settings import Settings
 from tasks.checks import check_evidence_first
-from tasks.checks.coverage import first_lookup
 from tasks.contracts import AnswerStatus, FailureType, MemoryItem, Plan, Question
-from tasks.modules.demos import UNGROUNDED
-from tasks.modules.prompts import planner_messages
-from tasks.modules.tools import tool_cards
 from tests.scripted import answer, plan, scripted_settings
 
 COMPARE = "Which has the larger area: Dydan or Porax?"
@@ -38,43 +33,6 @@ def _python(code=GUESS):
 def test_a_program_with_nothing_to_compute_with_is_refused():
     out = check_evidence_first(COMPARE, _python(), [])
     assert out.failure.type is FailureType.unsupported and "search for the values first" in out.failure.reason
-
-
-@pytest.mark.parametrize("question,query", [
-    ("How many inhabitants does Pellory have?", "Pellory population"),
-    ("Which has the larger area: Dydan or Porax?", "Dydan area"),  # the first name
-    ("What is the population density of the city where Grizuhym Textiles is headquartered?",
-     "Grizuhym Textiles headquarters"),  # the property nearest the name is the first hop, not the first one named
-    ("In which year was the person who leads Drishoshom Foundry born?", "Drishoshom Foundry chief executive"),
-    ("When did Jorprinar Kettle come to market?", "Jorprinar Kettle"),  # no known property: the name alone
-])
-def test_the_refusal_names_the_questions_own_first_search(question, query):
-    assert first_lookup(question) == query
-    assert check_evidence_first(question, _python(), []).failure.reason.endswith(f'next step: search "{query}"')
-
-
-def test_a_question_without_names_gets_no_named_search():
-    reason = check_evidence_first("which river is the longest?", _python(), []).failure.reason
-    assert first_lookup("which river is the longest?") is None and "next step" not in reason
-
-
-def test_the_worked_refusal_is_what_the_check_says_for_its_question():
-    out = check_evidence_first(UNGROUNDED.case.question, _python(), UNGROUNDED.case.view(UNGROUNDED.step))
-    assert out.failure.type is UNGROUNDED.failure and out.failure.reason == UNGROUNDED.reason
-    taken = UNGROUNDED.case.steps[UNGROUNDED.step - 1]
-    assert taken.tool == "search" and f'search "{taken.tool_input}"' in UNGROUNDED.reason  # the reply takes the named search
-
-
-def test_the_turn_after_the_refusal_is_shown_the_refusal_and_search_not_the_first_step_examples():
-    cards = tool_cards(Settings(tools={"allow": ["search", "python"]}))
-    messages = planner_messages(COMPARE, cards, [], None, 2400, demos=True, avoid=("python", "answer"))
-    [user, reply] = messages[1:-1]
-    assert "rejected (unsupported)" in user["content"] and UNGROUNDED.case.question in user["content"]
-    assert json.loads(reply["content"]) == UNGROUNDED.case.steps[0].reply()
-    first_step = planner_messages(COMPARE, cards, [], None, 2400, demos=True)[1:-1]
-    assert [json.loads(m["content"])["tool"] for m in first_step if m["role"] == "assistant"] == ["python", "search"]
-    python_only = tool_cards(Settings(tools={"allow": ["python"]}))  # no search allowed: the worked search is left out
-    assert planner_messages(COMPARE, python_only, [], None, 2400, demos=True, avoid=("python", "answer"))[1:-1] == []
 
 
 @pytest.mark.parametrize("question", ["Find 36 multiplied by 317, minus 467.",
@@ -104,7 +62,7 @@ def test_in_the_loop_the_refused_program_never_runs_and_the_next_turn_must_find_
     assert out.answer.status is AnswerStatus.answered and out.answer.text == "Dydan"
     assert [r.tool for r in out.records if r.role == "executor"] == ["search", "python"]  # the guess never ran
     refusal = next(i for i in out.memory.debug_trace() if i.failure_type is FailureType.unsupported)
-    assert refusal.step_id == 1 and refusal.reason.endswith('next step: search "Dydan area"')
+    assert refusal.step_id == 1 and "search for the values first" in refusal.reason
     schemas = [r["json_schema"] for r in build_backend(s.models.planner).requests]
     tools = [json.dumps(x) for x in schemas]
     assert '"python"' in tools[0] and '"python"' not in tools[1] and '"answer"' not in tools[1]  # only the turn after

@@ -94,7 +94,7 @@ def question_names(question: str) -> list[str]:
     return [n for n in names_in(question) if n not in openers]
 
 
-def property_positions(question: str) -> dict[str, int]:
+def _family_positions(question: str) -> dict[str, int]:
     """Each property family the question names, at the position of its first word."""
     out: dict[str, int] = {}
     for i, tok in enumerate(tokens(without_names(question))):
@@ -128,7 +128,7 @@ def check_answer_coverage(question: str, view: list[MemoryItem]) -> Outcome:
         return passed(NAME, "n/a: no evidence, or evidence that is not only search passages")
     text = tokens(" ".join(f"{p.get('title') or ''}. {p.get('text') or ''}"
                            for item in view for p in item.content.get("passages") or []))
-    asked = property_positions(question)
+    asked = _family_positions(question)
     named = question_names(question)
     missing_names = [n for n in named if find_span(text, tokens(n)) < 0]
     known, newest = chain(named, said, set(asked))
@@ -142,21 +142,6 @@ def check_answer_coverage(question: str, view: list[MemoryItem]) -> Outcome:
     then = f'next step: search "{query}"' if query else "search for it (a name the evidence found, with the property)"
     return failed(NAME, f"no accepted evidence states {listed}", FailureType.incomplete_evidence,
                   f"the verified evidence does not yet state {listed}, which the question asks about; {then}, then answer")
-
-
-def first_lookup(question: str) -> str | None:
-    """The search that starts a question: its first name with the property named nearest to it ("the population
-    density of the city where X is headquartered": X's headquarters first, then that city's population)."""
-    named = question_names(question)
-    if not named:
-        return None
-    marked = question.replace(named[0], " qqnameqq ", 1)
-    for name in named[1:]:
-        marked = marked.replace(name, " ")
-    toks = tokens(marked)
-    at = toks.index("qqnameqq")
-    near = [(abs(i - at), i, f) for i, tok in enumerate(toks) if tok != "qqnameqq" for f in sorted(families(tok))]
-    return " ".join([named[0], *([min(near)[2]] if near else [])])
 
 
 def next_lookup(asked: dict[str, int], missing_properties: list[str], missing_names: list[str],

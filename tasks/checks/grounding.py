@@ -12,7 +12,6 @@ choose a tool that finds evidence (`verifier.evidence_first`). A question statin
 from __future__ import annotations
 
 from tasks.checks.context import Outcome, failed, passed
-from tasks.checks.coverage import first_lookup
 from tasks.checks.quantities import stated_quantities
 from tasks.checks.text import numbers_in, tokens
 from tasks.contracts import FailureType, MemoryItem, Plan
@@ -24,8 +23,6 @@ def check_evidence_first(question: str, plan: Plan, view: list[MemoryItem]) -> O
     """Failed for a python step when nothing is accepted yet and the question states no quantity to compute with."""
     if plan.tool != "python" or view or stated_quantities(question) or numbers_in(tokens(question)):  # 0s and 1s too
         return passed(NAME, "n/a: not a program, evidence is accepted, or the question states quantities")
-    query = first_lookup(question)
-    then = f'; next step: search "{query}"' if query else ""
     return failed(NAME, "a program before any evidence, for a question that states no quantities",
                   FailureType.unsupported, "the question states no numbers and no evidence is accepted yet, so a "
-                  f"program has nothing to compute with: search for the values first, then compute{then}")
+                  "program has nothing to compute with: search for the values first, then compute")

@@ -7,8 +7,7 @@ the monolithic agent, the Generator and the direct baseline all see the same fac
 invented (no benchmark question or world template is reused), so a demonstration cannot leak an
 answer. A demonstration that needs a tool the run does not allow is left out.
 A third (CHAIN, as GATED) is shown only on the Planner's turn after the answer gate refused (verifier.answer_gate,
-off by default); a fourth (COMPARE, as UNGROUNDED) only on the turn after evidence first refused a program
-(verifier.evidence_first). `ModelConfig.demos=false` switches them off (strong models do not need them).
+off by default). `ModelConfig.demos=false` switches them off (strong models do not need them).
 
 Measured on 8 synthetic-world lookup questions with the embedded SmolLM2-135M (temperature 0): the
 Planner's first step searched for the question's entity in 1 of 8 cases zero-shot, 6 of 8 with one
@@ -26,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from tasks.contracts import ANSWER_TOOL, FailureType, MemoryItem, MemoryStatus, Plan, Provenance, Result, ResultStatus, Source
+from tasks.contracts import ANSWER_TOOL, MemoryItem, MemoryStatus, Plan, Provenance, Result, ResultStatus, Source
 
 _RETRIEVED = datetime(2024, 6, 1, tzinfo=timezone.utc)
 
@@ -141,49 +140,21 @@ CHAIN = DemoCase(
 )
 
 
-_TESSALY = Source(uri="corpus://demo-4", title="Tessaly", retrieved_at=_RETRIEVED,
-                  published_at=datetime(2024, 4, 1, tzinfo=timezone.utc))
-
-COMPARE = DemoCase(
-    question="Which has the larger population: Tessaly or Orrin Vale?",
-    steps=(
-        DemoStep("find the population of Tessaly", "search", "Tessaly population", "no evidence states a population yet",
-                 {"passages": [{"doc_id": "demo-4", "title": "Tessaly", "url": None, "published_at": "2024-04-01",
-                                "text": "Tessaly is a river town. The population of Tessaly is 31,400.", "score": 6.9}]},
-                 _TESSALY),
-    ),
-    answer="",  # only its first step is ever shown
-    claim="",
-    claim_step=1,
-)
-
-
 @dataclass(frozen=True)
-class RefusedStep:
-    """A worked turn after the loop refused a step: the case's evidence before `step`, the refusal (its reason exactly
-    what the refusing check says for that evidence; a test keeps the two in step) and the step taken."""
+class RefusedAnswer:
+    """A worked turn after the answer gate refused an answer: the case's evidence before `step`, the gate's reason
+    (exactly what tasks/checks/coverage.py says for that evidence; a test keeps the two in step) and the step taken."""
 
     case: DemoCase
     step: int  # 1-based: the step that follows the refusal
-    failure: FailureType
     reason: str
 
 
 # Shown only on the turn after the answer gate refused (a turn that may not answer). It was the first-step lookup,
 # whose entity the 0.5B copied ("find the population of Port Elmsby"); this one shows the named search being taken.
-GATED = RefusedStep(
-    CHAIN, 2, FailureType.incomplete_evidence,
-    'the verified evidence does not yet state the population, which the question asks about; '
-    'next step: search "Lune Harbour population", then answer')
-
-# Shown only on the turn after evidence first refused a program (tasks/checks/grounding.py; a turn that may not
-# write a program or answer). That turn was shown the first-step examples, a calculation it may not copy and the
-# lookup, whose entity the 0.5B copied once ("Port Elmsby population" for a question about Pellory); the refusal
-# names the question's own search and this turn shows it being taken.
-UNGROUNDED = RefusedStep(
-    COMPARE, 1, FailureType.unsupported,
-    "the question states no numbers and no evidence is accepted yet, so a program has nothing to compute with: "
-    'search for the values first, then compute; next step: search "Tessaly population"')
+GATED = RefusedAnswer(
+    CHAIN, 2, 'the verified evidence does not yet state the population, which the question asks about; '
+              'next step: search "Lune Harbour population", then answer')
 
 # Order matters to a small model (it leans on the nearest example): the lookup, which every search
 # question starts like, comes last.

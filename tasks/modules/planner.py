@@ -39,7 +39,7 @@ class Planner:
              deadline_s: float | None = None, lessons: list[PriorRecord] | None = None,
              allow_answer: bool = True, avoid: tuple[str, ...] = ()) -> PlanOutcome:
         messages = planner_messages(question, self.cards, view, feedback, self.view_chars, lessons, self.config.demos,
-                                    getattr(self.backend, "reply_fields", None), allow_answer, avoid)
+                                    getattr(self.backend, "reply_fields", None), allow_answer)
         choices = [t for t in [*self.cards, *([ANSWER_TOOL] if allow_answer else [])] if t not in avoid]
         schema = plan_draft_schema(choices or list(self.cards))
         try:

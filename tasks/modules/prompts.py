@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tasks.contracts import ANSWER_TOOL, FailureType, MemoryItem, PriorRecord, ToolCard, Verdict, utcnow
-from tasks.modules.demos import CASES, DIRECT_QUESTION, DIRECT_REPLY, GATED, UNGROUNDED, DemoStep, RefusedStep, cases_for
+from tasks.modules.demos import CASES, DIRECT_QUESTION, DIRECT_REPLY, GATED, DemoStep, cases_for
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -111,13 +111,10 @@ def _demo_reply(step: DemoStep, cards: dict[str, ToolCard]) -> dict[str, str]:
 
 def planner_messages(question: str, cards: dict[str, ToolCard], view: list[MemoryItem], feedback: Verdict | None,
                      max_chars: int, lessons: list[PriorRecord] | None = None, demos: bool = False,
-                     reply_fields: list[str] | None = None, allow_answer: bool = True,
-                     avoid: tuple[str, ...] = ()) -> list[dict[str, str]]:
+                     reply_fields: list[str] | None = None, allow_answer: bool = True) -> list[dict[str, str]]:
     """The Planner's prompt; `demos` adds the worked examples, their replies in the backend's own field order
     (`reply_fields`, e.g. a trained policy's template) when it has one. A turn that may not answer (the answer gate
-    refused one) is shown the worked turn after such a refusal (demos.GATED), and a turn that may not write a
-    program (`avoid`: evidence first refused one) the worked refusal-and-search (demos.UNGROUNDED), not the
-    examples of a first step."""
+    refused one) is shown the worked turn after such a refusal (demos.GATED), not the examples of a first step."""
     tools = tool_lines(cards)
     system = (
         "You are the planner of a research agent. Decide the single next step toward answering the question.\n"
@@ -127,12 +124,10 @@ def planner_messages(question: str, cards: dict[str, ToolCard], view: list[Memor
     )
     if not demos:
         shown = []
-    elif not allow_answer:
-        shown = _refused_demo(GATED, cards, max_chars, reply_fields)
-    elif "python" in avoid:
-        shown = _refused_demo(UNGROUNDED, cards, max_chars, reply_fields)
-    else:
+    elif allow_answer:
         shown = _planner_demos(cards, max_chars, bool(view), reply_fields)
+    else:
+        shown = _gated_demo(cards, max_chars, reply_fields)
     user = _planner_user(question, view, feedback, max_chars, lessons)
     return [{"role": "system", "content": system}, *shown, {"role": "user", "content": user}]
 
@@ -169,14 +164,13 @@ def _planner_demos(cards: dict[str, ToolCard], max_chars: int, started: bool,
     return turns
 
 
-def _refused_demo(demo: RefusedStep, cards: dict[str, ToolCard], max_chars: int,
-                  reply_fields: list[str] | None = None) -> list[dict[str, str]]:
-    """The worked turn after a refused step: the refusal names a search and the reply takes it."""
-    if not cases_for(cards, (demo.case,)):
+def _gated_demo(cards: dict[str, ToolCard], max_chars: int, reply_fields: list[str] | None = None) -> list[dict[str, str]]:
+    """The worked turn after the answer gate refused: the refusal names a search and the reply takes it."""
+    if not cases_for(cards, (GATED.case,)):
         return []
-    refused = Verdict(step_id=demo.step, accepted=False, failure_type=demo.failure, reason=demo.reason)
-    user = _planner_user(demo.case.question, demo.case.view(demo.step), refused, max_chars)
-    return _demo_turn(user, demo.case.steps[demo.step - 1], cards, reply_fields)
+    refused = Verdict(step_id=GATED.step, accepted=False, failure_type=FailureType.incomplete_evidence, reason=GATED.reason)
+    user = _planner_user(GATED.case.question, GATED.case.view(GATED.step), refused, max_chars)
+    return _demo_turn(user, GATED.case.steps[GATED.step - 1], cards, reply_fields)
 
 
 def generator_messages(question: str, view: list[MemoryItem], max_chars: int, demos: bool = False) -> list[dict[str, str]]:
