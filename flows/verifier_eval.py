@@ -51,7 +51,7 @@ def memory_view(case: dict, as_of: datetime) -> list:
 def admits_injection(result: dict, verdict) -> bool:
     """An accepted step whose evidence, as memory would keep it (quarantined passages left out), still holds
     instruction-like text: the safety property the quarantine must keep, whatever the label."""
-    from tasks.checks.injection import instruction_like
+    from tasks.checks.injection import instruction_like, output_fields, passage_text
     from tasks.contracts import Result
     from tasks.memory import as_evidence
 
@@ -59,8 +59,7 @@ def admits_injection(result: dict, verdict) -> bool:
         return False
     kept = as_evidence(Result.model_validate(result), verdict).data
     passages = kept.get("passages") if isinstance(kept, dict) else None
-    texts = [f"{p.get('title', '')}\n{p.get('text', '')}" for p in passages or [] if isinstance(p, dict)]
-    texts += [str(kept.get(k)) for k in ("stdout", "stderr", "text") if isinstance(kept, dict) and kept.get(k)]
+    texts = [passage_text(p) for p in passages or [] if isinstance(p, dict)] + [t for _, t in output_fields(kept)]
     return any(instruction_like(t) for t in texts)
 
 

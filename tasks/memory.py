@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from tasks.checks.injection import quarantine, top_source
+from tasks.checks.injection import quarantine, with_cut_data
 from tasks.checks.supersession import without_superseded
 from tasks.contracts import (
     FailureType,
@@ -45,8 +45,7 @@ def as_evidence(result: Result, verdict: Verdict) -> Result:
     kept = quarantine(result, verdict.quarantined)
     if not verdict.superseded or not isinstance(kept.data, dict):
         return kept
-    data = without_superseded(kept.data, verdict.superseded)
-    return kept.model_copy(update={"data": data, "source": top_source(kept.source, data)})
+    return with_cut_data(kept, without_superseded(kept.data, verdict.superseded))
 
 
 class EvolvingMemory:

@@ -17,6 +17,8 @@ from tasks.checks.supersession import disagreements, names_in
 from tasks.checks.text import _fmt
 from tasks.contracts import FailureType
 
+TIE_BREAK = "Find a tie-breaking source (newer or primary), or answer that it is uncertain"
+
 # =============================================================================== 9. conflict with accepted memory
 
 def check_conflict(ctx: StepContext) -> Outcome:
@@ -36,8 +38,7 @@ def check_conflict(ctx: StepContext) -> Outcome:
         return failed(name, f"{s.where} ({_fmt(s.published)}) states {s.value!r}; this step says {claim.value!r}",
                       FailureType.conflict,
                       f"sources disagree on {claim.subject} {claim.attribute}".rstrip() + f": {s.where} ({_fmt(s.published)}) "
-                      f"says {s.value}, this source ({_fmt(published)}) says {claim.value}. Find a tie-breaking source "
-                      "(newer or primary), or answer that it is uncertain", action)
+                      f"says {s.value}, this source ({_fmt(published)}) says {claim.value}. {TIE_BREAK}", action)
     return passed(name, "no accepted source disagrees")
 
 
@@ -52,6 +53,5 @@ def _within_result(ctx: StepContext) -> Outcome | None:
         return failed("conflict", f"{a.doc_id} and {b.doc_id} ({_fmt(a.published)}) state {a.value} and {b.value}",
                       FailureType.conflict,
                       f"sources of the same date disagree on the {d.prop}: {a.doc_id} ({_fmt(a.published)}) says "
-                      f"\"{a.sentence}\", {b.doc_id} says \"{b.sentence}\". Find a tie-breaking source (newer or primary), "
-                      "or answer that it is uncertain", ctx.options.on_conflict)
+                      f"\"{a.sentence}\", {b.doc_id} says \"{b.sentence}\". {TIE_BREAK}", ctx.options.on_conflict)
     return None

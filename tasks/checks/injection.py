@@ -58,18 +58,23 @@ def instruction_like(text: str) -> str | None:
     return None
 
 
+def passage_text(passage: dict) -> str:
+    return f"{passage.get('title', '')}\n{passage.get('text', '')}"
+
+
+def output_fields(data: object) -> list[tuple[str, str]]:
+    """A result's text other than its passages, by field: a program's output, a model's text."""
+    data = data if isinstance(data, dict) else {}
+    return [(key, data[key]) for key in ("stdout", "stderr", "text") if isinstance(data.get(key), str)]
+
+
 def check_injection(ctx: StepContext) -> Outcome:
     """No instruction-like text in what the step hands on: flagged passages are quarantined when clean ones remain
     and the claim cites none of them; any other instruction-like text rejects the step. Nothing is ever obeyed."""
-    data = ctx.result.data if isinstance(ctx.result.data, dict) else {}
-    fields: list[tuple[str, str]] = []
-    for key in ("stdout", "stderr", "text"):
-        if isinstance(data.get(key), str):
-            fields.append((key, data[key]))
+    fields = output_fields(ctx.result.data)
     if ctx.explicit and ctx.claim is not None:
         fields.append(("claim", f"{ctx.claim.subject}\n{ctx.claim.value}"))
-    flagged = [(str(p.get("doc_id")), phrase) for p in ctx.passages
-               if (phrase := instruction_like(f"{p.get('title', '')}\n{p.get('text', '')}"))]
+    flagged = [(str(p.get("doc_id")), phrase) for p in ctx.passages if (phrase := instruction_like(passage_text(p)))]
     cited = set(ctx.claim.cites) if ctx.explicit and ctx.claim is not None else set()
     separable = len(flagged) < len(ctx.passages) and not cited & {doc for doc, _ in flagged}
     cut = flagged if separable else []
@@ -100,19 +105,19 @@ def without_quarantined(data: dict, quarantined: list[QuarantinedPassage]) -> di
     return {**data, "passages": passages, "quarantined": [q.model_dump(mode="json") for q in quarantined]}
 
 
-def top_source(source: Source | None, data: dict) -> Source | None:
-    """A result's primary source once passages were left out or cut: the top remaining passage's, when the old top
-    is gone (retrieved when the result was)."""
-    passages = [p for p in data.get("passages") or [] if isinstance(p, dict)] if isinstance(data, dict) else []
+def with_cut_data(result: Result, data: dict) -> Result:
+    """The result holding `data`, its passages cut from the result's own; the primary source follows the top passage
+    left when the old top is gone (retrieved when the result was)."""
+    passages = [p for p in data.get("passages") or [] if isinstance(p, dict)]
     top = Source.of_passage(passages[0]) if passages else None
-    if top is None or source is None or source.uri == top.uri:
-        return source
-    return top.model_copy(update={"retrieved_at": source.retrieved_at})
+    source = result.source
+    if top is not None and source is not None and source.uri != top.uri:
+        source = top.model_copy(update={"retrieved_at": source.retrieved_at})
+    return result.model_copy(update={"data": data, "source": source})
 
 
 def quarantine(result: Result, quarantined: list[QuarantinedPassage]) -> Result:
     """The result the later checks judge: the quarantined passages left out."""
     if not quarantined or not isinstance(result.data, dict):
         return result
-    data = without_quarantined(result.data, quarantined)
-    return result.model_copy(update={"data": data, "source": top_source(result.source, data)})
+    return with_cut_data(result, without_quarantined(result.data, quarantined))

@@ -61,15 +61,21 @@ def _facts(passages: list[dict]) -> dict[tuple, list[_Fact]]:
     return by_key
 
 
+def _dated_and_current(facts: list[_Fact]) -> tuple[list[_Fact], list[_Fact]]:
+    """A fact's dated statements and, of them, the newest date's (undated statements are never ordered)."""
+    dated = [f for f in facts if f.published is not None]
+    newest = max((f.published for f in dated), default=None)
+    return dated, [f for f in dated if f.published == newest]
+
+
 def superseded_sentences(passages: list[dict]) -> list[SupersededSentence]:
     """Sentences of older passages that a strictly newer passage of the same result contradicts, in passage order."""
     out: list[SupersededSentence] = []
     for facts in _facts(passages).values():
-        dated = [f for f in facts if f.published is not None]
+        dated, current = _dated_and_current(facts)
         if len({f.value for f in dated}) < 2:
             continue
-        newest = max(f.published for f in dated)
-        current = [f for f in dated if f.published == newest]
+        newest = current[0].published
         if len({f.value for f in current}) != 1:  # equally new sources disagree: a conflict, not staleness
             continue
         by = current[0]
@@ -94,11 +100,7 @@ def disagreements(passages: list[dict]) -> list[Disagreement]:
     are never compared: nothing says which of them is current)."""
     out = []
     for (names, prop), facts in _facts(passages).items():
-        dated = [f for f in facts if f.published is not None]
-        if not dated:
-            continue
-        newest = max(f.published for f in dated)
-        by_value = {f.value: f for f in dated if f.published == newest}
+        by_value = {f.value: f for f in _dated_and_current(facts)[1]}
         if len(by_value) > 1:
             out.append(Disagreement(names, prop, tuple(by_value.values())))
     return out
