@@ -186,3 +186,42 @@ def test_pool_writes_the_readme_headline_between_its_markers_and_keeps_the_rest(
     with pytest.raises(TablesError, match="markers"):
         pool(records, None, bare)
     assert bare.read_text() == "no markers\n"
+
+
+def test_a_variant_pools_beside_the_table_paired_with_every_system(tmp_path):
+    table, variant = tmp_path / "records", tmp_path / "variant"
+    for n in SYSTEMS:
+        _write(table, _record(n, 0, {f"q{i}": n == "modular" for i in range(30)}))
+    _write(table, _record("modular", 1, {"q0": True}))  # a seed the variant has not run: the table keeps its own units
+    _write(variant, _record("direct", 0, {f"q{i}": i < 20 for i in range(30)}, settings_sha="no-example"))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{tables.HEADLINE_BEGIN}\n{tables.HEADLINE_END}\n")
+    summary = pool(table, tmp_path / "results.md", readme, [f"direct-no-example={variant}"])["gsm8k"]
+    assert summary["systems"]["modular"]["accuracy"]["mean"] == 1.0  # the table itself is unchanged by the variant
+    v = summary["beside"]["direct-no-example"]
+    assert v["system"]["accuracy"]["mean"] == pytest.approx(2 / 3) and v["questions_per_seed"] == {0: 30}
+    vs = {d["b"]: d for d in v["paired_differences"]}
+    assert sorted(vs) == sorted(SYSTEMS) and vs["modular"]["mean_diff"] == pytest.approx(-1 / 3)
+    assert vs["direct"]["a_better"] == 20 and vs["direct"]["b_better"] == 0
+    text = (tmp_path / "results.md").read_text()
+    assert "| direct-no-example | 30 | 66.7 |" in text and "**+66.7 [" in text and "(20 / 0)**" in text
+    assert "| direct-no-example (beside) | 66.7 % [" in readme.read_text()
+
+
+def test_a_variant_must_be_one_system_of_the_same_code_and_questions(tmp_path):
+    table, variant = tmp_path / "records", tmp_path / "variant"
+    for n in SYSTEMS:
+        _write(table, _record(n, 0, {"q1": True}))
+    with pytest.raises(TablesError, match="already a system of the table"):
+        pool(table, None, beside=[f"direct={variant}"])
+    with pytest.raises(TablesError, match="NAME=DIR"):
+        pool(table, None, beside=[str(variant)])
+    _write(variant, _record("direct", 0, {"q1": True}, code_sha="other"))
+    with pytest.raises(TablesError, match="other code"):
+        pool(table, None, beside=[f"v={variant}"])
+    _write(variant, _record("direct", 0, {"q1": True}))
+    _write(variant, _record("modular", 0, {"q1": True}))
+    with pytest.raises(TablesError, match="one system"):
+        pool(table, None, beside=[f"v={variant}"])
+    # the CLI refuses a bad --beside before anything runs
+    assert tables.main(["run", "--benchmark", "gsm8k", "--beside", "modular=x", "--records", str(table)]) == 2

@@ -212,11 +212,59 @@ def pool_benchmark(recs: list[dict[str, Any]], systems: list[str] | None = None)
     return summary
 
 
-def pool(records: str | Path, doc: str | Path | None, readme: str | Path | None = None) -> dict[str, Any]:
+def parse_beside(specs: list[str]) -> list[tuple[str, Path]]:
+    """``NAME=DIR`` pairs: a variant of one table system, measured with other settings into its own records."""
+    out = []
+    for spec in specs:
+        name, sep, where = spec.partition("=")
+        name, where = name.strip(), where.strip()
+        if not sep or not name or not where:
+            raise TablesError(f"--beside takes NAME=DIR (e.g. direct-no-example=bench/tables-v2-variants/"
+                              f"direct-no-example), got {spec!r}")
+        if name in SYSTEMS or name in [n for n, _ in out]:
+            raise TablesError(f"--beside {name}: the name is already a system of the table; give the variant its own")
+        out.append((name, Path(where)))
+    return out
+
+
+def load_beside(name: str, where: Path, by_bench: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The variant's records per benchmark, renamed `name`: one system each, of the same code and questions as the
+    table's records of that benchmark (a variant differs in its settings only)."""
+    out = {}
+    for bench, recs in load_records(where).items():
+        systems = {r["system"] for r in recs}
+        if len(systems) > 1:
+            raise TablesError(f"--beside {name}: {where}/{bench} holds {', '.join(sorted(systems))}; a variant is one "
+                              "system measured under other settings")
+        table = by_bench.get(bench)
+        if not table:
+            continue  # nothing to pair with
+        for key in ("code_sha256", "questions_sha256"):
+            if recs[0]["fingerprint"].get(key) != table[0]["fingerprint"].get(key):
+                raise TablesError(f"--beside {name}: {where}/{bench} was measured on other {key.split('_')[0]} than "
+                                  "the table's records; only settings may differ")
+        out[bench] = [{**r, "system": name} for r in recs]
+    return out
+
+
+def pool_beside(table: list[dict[str, Any]], variant: list[dict[str, Any]]) -> dict[str, Any]:
+    """The variant's metrics and its paired differences with every table system, over the units they all share."""
+    name = variant[0]["system"]
+    systems = [name] + [n for n in SYSTEMS if any(r["system"] == n for r in table)]
+    s = pool_benchmark(table + variant, systems)
+    return {"system": s["systems"].get(name), "questions_per_seed": s["pooled"]["questions_per_seed"],
+            "paired_differences": [d for d in s["paired_differences"] if d["a"] == name]}
+
+
+def pool(records: str | Path, doc: str | Path | None, readme: str | Path | None = None,
+         beside: list[str] = ()) -> dict[str, Any]:
     """Pool every benchmark's records; write ``<records>/summary.json``, the tables in `doc` and the headline table
-    in `readme`."""
+    in `readme`. `beside` (NAME=DIR) adds variants, each paired with the table over the units they share."""
     by_bench = load_records(records)
     summary = {b: pool_benchmark(recs) for b, recs in sorted(by_bench.items())}
+    for name, where in parse_beside(list(beside)):
+        for bench, recs in load_beside(name, where, by_bench).items():
+            summary[bench].setdefault("beside", {})[name] = pool_beside(by_bench[bench], recs)
     out = Path(records) / "summary.json"
     out.write_text(json.dumps(summary, indent=1, default=str) + "\n")
     if doc is not None:
@@ -272,6 +320,38 @@ def render(summary: dict[str, Any]) -> str:
             failed = ", ".join(f"{k} {v}" for k, v in m["failure_attribution"].items() if v) or "-"
             out.append(f"| {name} | {stops} | {failed} |")
         out.append("")
+        if s.get("beside"):
+            out.append(render_beside(s["beside"], list(s["systems"])))
+    return "\n".join(out)
+
+
+def _signed(diff: dict[str, Any]) -> str:
+    lo, hi = diff["ci95"] or (None, None)
+    cell = (f"{100 * diff['mean_diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] "
+            f"({diff['a_better']} / {diff['b_better']})") if lo is not None else "-"
+    return f"**{cell}**" if _excludes_zero(diff) else cell
+
+
+def render_beside(beside: dict[str, Any], systems: list[str]) -> str:
+    """Variants measured beside the table: accuracy, cost and the paired difference (variant - system, with
+    variant better / system better) against each system, over the units the variant shares with all of them."""
+    legend = ("Beside the table: variants with other settings, same code and questions. Each \"vs\" cell is variant - "
+              "system in points, 95% CI, (variant better / system better), paired over the units the variant shares "
+              "with every system; in bold where the interval excludes zero.\n")
+    out = [legend,
+           "| variant | units | accuracy % | 95% CI | tokens/q | s/q (mean) | "
+           + " | ".join(f"vs {n}" for n in systems) + " |",
+           "|---|---|---|---|---|---|" + "---|" * len(systems)]
+    for name, v in beside.items():
+        m, pairs = v["system"], {d["b"]: d for d in v["paired_differences"]}
+        units = sum(v["questions_per_seed"].values())
+        if not m or not units:
+            out.append(f"| {name} | 0 | - | - | - | - |" + " - |" * len(systems))
+            continue
+        out.append(f"| {name} | {units} | {_pct(m['accuracy']['mean'])} | {_ci(m['accuracy']['ci95'])} | "
+                   f"{m['tokens']['per_question']:.0f} | {m['latency_s']['mean']:.1f} | "
+                   + " | ".join(_signed(pairs[n]) if n in pairs else "-" for n in systems) + " |")
+    out.append("")
     return "\n".join(out)
 
 
@@ -289,6 +369,12 @@ def render_headline(summary: dict[str, Any]) -> str:
             a = summary[b]["systems"].get(name, {}).get("accuracy")
             cells.append("-" if not a else f"{_pct(a['mean'])} % {_ci(a['ci95'])}")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    for name in dict.fromkeys(v for b in benches for v in summary[b].get("beside", {})):
+        cells = []
+        for b in benches:
+            a = ((summary[b].get("beside", {}).get(name) or {}).get("system") or {}).get("accuracy")
+            cells.append("-" if not a else f"{_pct(a['mean'])} % {_ci(a['ci95'])}")
+        out.append(f"| {name} (beside) | " + " | ".join(cells) + " |")
     seeds = "; ".join(f"{SHORT.get(b, b)}: seeds "
                       f"{', '.join(str(k) for k in summary[b]['pooled']['questions_per_seed'])}" for b in benches)
     sure = [f"{b} {d['a']} - {d['b']}" for b in benches for d in summary[b]["paired_differences"] if _excludes_zero(d)]
@@ -414,7 +500,7 @@ def deal(jobs: list[tuple[int, str]], workers: int) -> list[list[tuple[int, str]
 
 def run(benchmark: str, seeds: list[int], *, out: str, records: str, doc: str | None, questions: int, workers: int,
         datasets: str | None, config: str | None = None, overrides: list[str] = (),
-        systems: list[str] = SYSTEMS, readme: str | None = None) -> dict[str, Any]:
+        systems: list[str] = SYSTEMS, readme: str | None = None, beside: list[str] = ()) -> dict[str, Any]:
     """Evaluate `systems` on `benchmark`'s first `questions` questions for each seed, in `workers` processes; then
     record every seed's finished questions and pool all records."""
     import multiprocessing
@@ -433,7 +519,7 @@ def run(benchmark: str, seeds: list[int], *, out: str, records: str, doc: str | 
     for seed in seeds:
         d = base / f"seed{seed}"
         d.mkdir(parents=True, exist_ok=True)
-        data = prepare_data(benchmark, datasets, d)
+        prepare_data(benchmark, datasets, d)
         if not (d / "tables.json").is_file():  # the code a run started with; a resumed run keeps it
             (d / "tables.json").write_text(json.dumps({**meta, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ")}) + "\n")
     shares = deal([(seed, n) for seed in seeds for n in systems], workers)
@@ -452,7 +538,7 @@ def run(benchmark: str, seeds: list[int], *, out: str, records: str, doc: str | 
     failed = [p.name for p in procs if p.exitcode != 0]
     if failed:
         raise TablesError(f"{', '.join(failed)} failed; finished questions are recorded; run the same command to resume")
-    return pool(records, doc, readme)
+    return pool(records, doc, readme, beside)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -480,8 +566,12 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--doc", default="docs/results.md", help="the document whose marked section holds the tables")
         q.add_argument("--readme", default=None, help="also write the headline table in this file's marked section "
                                                       "(README.md)")
+        q.add_argument("--beside", action="append", default=[], metavar="NAME=DIR",
+                       help="a variant's records (one system, other settings) pooled beside the tables (repeatable)")
     a = p.parse_args(argv)
     try:
+        if a.command != "record":
+            parse_beside(a.beside)  # a bad --beside fails now, not after the run
         if a.command == "record":
             for run_dir in a.runs:
                 for path in record_run(run_dir, a.records):
@@ -500,9 +590,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise TablesError(f"--systems: unknown {unknown or 'none given'}; the tables' systems are {', '.join(SYSTEMS)}")
             summary = run(a.benchmark, seeds, out=a.out, records=a.records, doc=a.doc, questions=a.questions,
                           workers=a.workers, datasets=a.data, config=a.config, overrides=a.overrides,
-                          systems=systems, readme=a.readme)
+                          systems=systems, readme=a.readme, beside=a.beside)
         else:
-            summary = pool(a.records, a.doc, a.readme)
+            summary = pool(a.records, a.doc, a.readme, a.beside)
     except TablesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
