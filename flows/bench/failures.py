@@ -1,0 +1,198 @@
+"""Where a wrong answer was lost, read from the evidence a run kept (its judged steps), not from the system's own
+verdicts: the failure attribution of the tables names the module whose verdict let a wrong answer through; this names
+the point on the path from question to answer where the gold value stopped being there.
+
+For every finished question of an evaluation directory (``OUT/<benchmark>/seed<K>`` of ``flows.bench.tables run``,
+or any ``agentflow eval --out``), one of:
+
+``correct``
+    the answer scored correct.
+``no_evidence``
+    wrong, and no step was accepted: nothing reached memory (a stop at no_progress, or an answer from nothing).
+``gold_not_in_evidence``
+    wrong, and no accepted step's evidence holds the gold (or an alias): the search or the program never produced it,
+    or the Planner answered before the hop that would have (the Planner's and the tools' share).
+``gold_not_offered``
+    the gold is in the accepted evidence, but not among the answer spans the Generator may pick from
+    (``generator.answer=span``; tasks/modules/spans.py): span extraction lost it.
+``wrong_pick``
+    the gold was among the spans offered and the Generator chose another value (or, in free mode, wrote another).
+
+Only systems that keep judged steps (modular, modular-nomem) can be located; the others' rows are counted as
+``not_located``. Gold containment is token-bounded on normalised text (lower case, no articles, punctuation or possessive 's);
+whether a span is the gold is decided by the benchmark's own scorer.
+
+    python -m flows.bench.failures runs/tables/hotpotqa/seed0 [--systems modular] [--json failures.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from tasks.contracts import JudgedStep
+from tasks.eval.scorers import normalize_answer, score_question
+from tasks.memory import as_evidence
+from tasks.modules.spans import answer_spans
+
+PLACES = ("correct", "no_evidence", "gold_not_in_evidence", "gold_not_offered", "wrong_pick")
+
+
+class FailuresError(ValueError):
+    """A directory that is not an evaluation with judged steps; the message says which."""
+
+
+class _Item:
+    """What answer_spans reads of a memory item: its content."""
+
+    def __init__(self, content: Any):
+        self.content = content
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    return [r for f in sorted(folder.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def _evidence_text(content: Any) -> str:
+    if isinstance(content, dict):
+        parts = [str(p.get("title", "")) + " " + str(p.get("text", "")) for p in content.get("passages") or []
+                 if isinstance(p, dict)]
+        parts += [str(content[k]) for k in ("stdout", "text") if isinstance(content.get(k), str)]
+        return " ".join(parts)
+    return str(content or "")
+
+
+def _golds(record: dict[str, Any]) -> list[str]:
+    golds = [record.get("answer")] + list(record.get("aliases") or record.get("answer_aliases") or [])
+    return [str(g) for g in golds if g is not None and str(g).strip()]
+
+
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
+
+
+def _norm(text: str) -> str:
+    return normalize_answer(_POSSESSIVE.sub("", text))  # "Rockefeller's Committee" holds "Rockefeller"
+
+
+def contains(text: str, gold: str) -> bool:
+    """`gold` occurs in `text` as whole tokens, after normalising both (lower case, no articles, punctuation or
+    possessive 's)."""
+    g = _norm(gold)
+    return bool(g) and f" {g} " in f" {_norm(text)} "
+
+
+def locate_one(record: dict[str, Any], correct: bool, accepted: list[JudgedStep], span_mode: bool = True,
+               max_spans: int = 80) -> str:
+    """The place one question's answer was lost, from its accepted steps (in step order)."""
+    if correct:
+        return "correct"
+    if not accepted:
+        return "no_evidence"
+    contents = [as_evidence(s.result, s.verdict).data for s in accepted]
+    if not any(contains(_evidence_text(c), g) for c in contents for g in _golds(record)):
+        return "gold_not_in_evidence"
+    if span_mode:
+        spans = answer_spans([_Item(c) for c in contents], max_spans, str(record.get("question") or ""))
+        if not any(score_question(record, s).correct for s in spans):
+            return "gold_not_offered"
+    return "wrong_pick"
+
+
+def locate(run_dir: str | Path, systems: list[str] | None = None) -> dict[str, Any]:
+    """Per system: how many finished questions ended at each place, and each question's place."""
+    root = Path(run_dir)
+    results, judged = root / "parts" / "results", root / "parts" / "judged"
+    if not results.is_dir():
+        raise FailuresError(f"{root}: not an evaluation directory (no parts/results)")
+    steps: dict[tuple[str, int, str], list[JudgedStep]] = {}
+    records = _prepared_records(root)
+    kept = set()
+    for r in _rows(judged) if judged.is_dir() else []:
+        kept.add((r["system"], int(r["seed"])))
+        records.setdefault(r["question_id"], json.loads(r["question"]))
+        if str(r.get("accepted")) == "True":
+            steps.setdefault((r["system"], int(r["seed"]), r["question_id"]), []).append(
+                JudgedStep.model_validate_json(r["step"]))
+    settings = _span_settings(root)
+    out: dict[str, Any] = {}
+    for row in _rows(results):
+        system, seed = row["system"], int(row["seed"])
+        if systems and system not in systems:
+            continue
+        mine = out.setdefault(system, {"places": Counter(), "questions": {}})
+        if row["correct"]:
+            place = "correct"
+        elif (system, seed) not in kept:
+            place = "not_located"
+        else:
+            record = records.get(row["question_id"]) or {"id": row["question_id"], "question": row.get("question"),
+                                                          "answer": row.get("gold")}
+            accepted = sorted(steps.get((system, seed, row["question_id"]), []), key=lambda s: s.step_id)
+            span_mode, max_spans = settings.get(f"{system}.seed{seed}", (True, 80))
+            place = locate_one(record, False, accepted, span_mode, max_spans)
+        mine["places"][place] += 1
+        mine["questions"][f"{seed}:{row['question_id']}"] = place
+    if not out:
+        raise FailuresError(f"{root}: no finished question" + (f" of {', '.join(systems)}" if systems else ""))
+    return {s: {"places": dict(v["places"]), "questions": v["questions"]} for s, v in sorted(out.items())}
+
+
+def _prepared_records(root: Path) -> dict[str, dict[str, Any]]:
+    """The question records (with gold and aliases) the evaluation prepared, by id; empty when not kept."""
+    path = root / "data" / "questions.jsonl"
+    if not path.is_file():
+        return {}
+    return {rec["id"]: rec for rec in map(json.loads, filter(str.strip, path.read_text().splitlines()))}
+
+
+def _span_settings(root: Path) -> dict[str, tuple[bool, int]]:
+    """Each (system, seed)'s generator.answer mode and max_spans, from the settings the evaluation stored."""
+    import yaml
+
+    out = {}
+    for f in sorted((root / "settings").glob("*.yaml")) if (root / "settings").is_dir() else []:
+        gen = (yaml.safe_load(f.read_text()) or {}).get("generator") or {}
+        out[f.stem] = (gen.get("answer", "span") == "span", int(gen.get("max_spans", 80)))
+    return out
+
+
+def render(located: dict[str, Any]) -> str:
+    cols = [*PLACES, "not_located"]
+    used = [c for c in cols if any(v["places"].get(c) for v in located.values())]
+    lines = ["| system | questions | " + " | ".join(used) + " |", "|---|---|" + "---|" * len(used)]
+    for system, v in located.items():
+        lines.append(f"| {system} | {sum(v['places'].values())} | "
+                     + " | ".join(str(v["places"].get(c, 0)) for c in used) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flows.bench.failures", description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", help="evaluation directories (OUT/<benchmark>/seed<K>)")
+    p.add_argument("--systems", default="", help="comma-separated systems (default: every system of the run)")
+    p.add_argument("--json", dest="json_out", default=None, help="also write each run's places and questions here")
+    a = p.parse_args(argv)
+    systems = [s.strip() for s in a.systems.split(",") if s.strip()] or None
+    report = {}
+    try:
+        for run in a.runs:
+            report[run] = locate(run, systems)
+    except FailuresError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for run, located in report.items():
+        print(f"{run}\n\n{render(located)}\n")
+    if a.json_out:
+        Path(a.json_out).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
