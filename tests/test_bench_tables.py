@@ -90,6 +90,11 @@ def test_render_marks_an_interval_that_excludes_zero():
     assert "| direct - modular | -100.0 | [-100.0, -100.0] **(excludes 0)** |" in text
     assert "| direct - monolithic | 0.0 | [0.0, 0.0] | 0 / 0 / 30 |" in text
     assert "failures attributed to" in text and "planner 30" in text
+    assert "mean F1" not in text  # exact match is the whole score here
+    for r in recs[0]["rows"]:
+        r["score"] = 0.5  # direct's wrong answers hold half the gold's tokens
+    text = render({"gsm8k": pool_benchmark(recs)})
+    assert "| system | accuracy % | 95% CI | std over seeds | mean F1 % |" in text and "| direct | 0.0 | [0.0, 0.0] | 0.0 | 50.0 |" in text
 
 
 def test_write_doc_replaces_only_the_marked_section(tmp_path):

@@ -302,12 +302,17 @@ def render(summary: dict[str, Any]) -> str:
         out.append(f"{n_units} units ({per_seed} questions), every system on every unit; models: "
                    f"{', '.join(f'{r} {m}' for r, m in p['models'].items())}; commits "
                    f"{', '.join(c[:7] for c in p['commits'])}.\n")
-        out.append("| system | accuracy % | 95% CI | std over seeds | tokens/q | s/q (mean) | iterations | "
-                   "verifier rejections |\n|---|---|---|---|---|---|---|---|")
+        # a benchmark that scores partial credit (token F1 of a text answer) shows it beside the exact-match accuracy
+        partial = any(abs((m.get("mean_score") or 0.0) - (m["accuracy"]["mean"] or 0.0)) > 1e-9
+                      for m in s["systems"].values())
+        out.append("| system | accuracy % | 95% CI | std over seeds |" + (" mean F1 % |" if partial else "")
+                   + " tokens/q | s/q (mean) | iterations | verifier rejections |\n|---|---|---|---|"
+                   + ("---|" if partial else "") + "---|---|---|---|")
         for name, m in s["systems"].items():
             a, rej = m["accuracy"], m["verifier_rejection_rate"]
             out.append(f"| {name} | {_pct(a['mean'])} | {_ci(a['ci95'])} | {_pct(a['std'])} | "
-                       f"{m['tokens']['per_question']:.0f} | {m['latency_s']['mean']:.1f} | {m['mean_iterations']:.1f} | "
+                       + (f"{_pct(m.get('mean_score'))} | " if partial else "")
+                       + f"{m['tokens']['per_question']:.0f} | {m['latency_s']['mean']:.1f} | {m['mean_iterations']:.1f} | "
                        f"{'-' if rej is None else f'{100 * rej:.0f} %'} |")
         out.append("\n| paired difference (a - b) | points | 95% CI | a better / b better / ties |\n|---|---|---|---|")
         for d in s["paired_differences"]:
