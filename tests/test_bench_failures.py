@@ -40,6 +40,8 @@ def test_each_place_on_the_path_from_evidence_to_answer():
     assert locate_one({**BALK, "answer": "Rocky", "aliases": ["Nelson Aldrich Rockefeller"]}, False,
                       [_search_step(4, "He met Nelson Aldrich Rockefeller in 1970.")]) == "wrong_pick"
     assert not failures.contains("The Rockefellers' committee", "Rockefeller")
+    # a question without an answer has no gold to trace: answering it at all is the error
+    assert locate_one({**BALK, "answer": "uncertain", "expected_status": "uncertain"}, False, [born]) == "unanswerable"
 
 
 KM = {"id": "gsm8k-0001", "benchmark": "gsm8k", "answer_type": "number", "answer": "120",

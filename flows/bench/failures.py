@@ -17,6 +17,9 @@ or any ``agentflow eval --out``), one of:
     (``generator.answer=span``; tasks/modules/spans.py): span extraction lost it.
 ``wrong_pick``
     the gold was among the spans offered and the Generator chose another value (or, in free mode, wrote another).
+``unanswerable``
+    wrong on a question without an answer (the world's ``expected_status`` uncertain or needs_review): it should
+    have stopped, and there is no gold value to trace.
 
 Only systems that keep judged steps (modular, modular-nomem) can be located; the others' rows are counted as
 ``not_located``. Gold containment is token-bounded on normalised text (lower case, no articles, punctuation or possessive 's);
@@ -39,10 +42,11 @@ import pyarrow.parquet as pq
 
 from tasks.contracts import JudgedStep
 from tasks.eval.scorers import normalize_answer, score_question
+from tasks.learn.reward import answerable
 from tasks.memory import as_evidence
 from tasks.modules.spans import answer_spans
 
-PLACES = ("correct", "no_evidence", "gold_not_in_evidence", "gold_not_offered", "wrong_pick")
+PLACES = ("correct", "no_evidence", "gold_not_in_evidence", "gold_not_offered", "wrong_pick", "unanswerable")
 
 
 class FailuresError(ValueError):
@@ -93,6 +97,8 @@ def locate_one(record: dict[str, Any], correct: bool, accepted: list[JudgedStep]
     """The place one question's answer was lost, from its accepted steps (in step order)."""
     if correct:
         return "correct"
+    if not answerable(record):
+        return "unanswerable"
     if not accepted:
         return "no_evidence"
     contents = [as_evidence(s.result, s.verdict).data for s in accepted]
