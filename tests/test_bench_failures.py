@@ -30,6 +30,8 @@ def test_each_place_on_the_path_from_evidence_to_answer():
     inside = _search_step(2, "He served as secretary of New York Governor Nelson Rockefeller's Committee on Minorities.")
     alone = _search_step(3, "He later worked for Nelson Rockefeller, then Vice President.")
     assert locate_one(BALK, True, []) == "correct"
+    assert failures._gold_docs({**BALK, "gold_doc_ids": ["d1", "d9"]}, [born, inside]) == \
+        {"gold_docs_found": 1, "gold_docs_needed": 2}
     assert locate_one(BALK, False, []) == "no_evidence"
     assert locate_one(BALK, False, [born]) == "gold_not_in_evidence"
     # the gold is in the text, but the name run swallows it: "New York Governor Nelson Rockefeller's Committee"
@@ -68,12 +70,18 @@ def test_an_evaluation_directory_is_located_question_by_question(tmp_path, capsy
     _unit(out, KM, "print(27 + 27 * 2 + (27 * 2 - 15))", "39", system="modular-nomem")  # printed 120, answered 39
     got = locate(out)
     assert got["modular"]["places"] == {"gold_not_in_evidence": 1, "correct": 1}
-    assert got["modular"]["questions"] == {"0:gsm8k-0001": "gold_not_in_evidence", "0:gsm8k-0002": "correct"}
+    places = {k: q["place"] for k, q in got["modular"]["questions"].items()}
+    assert places == {"0:gsm8k-0001": "gold_not_in_evidence", "0:gsm8k-0002": "correct"}
+    assert got["modular"]["questions"]["0:gsm8k-0001"]["accepted"] == 1  # answered after its one program
+    assert got["modular"]["evidence_lost"] == {"questions": 1, "after_one_accepted_step": 1, "after_one_judged_step": 1,
+                                               "naming_gold_documents": 0, "some_gold_document_missing": 0}
     assert got["modular-nomem"]["places"] == {"wrong_pick": 1}
     assert locate(out, ["modular-nomem"]).keys() == {"modular-nomem"}
     assert failures.main([str(out), "--json", str(tmp_path / "f.json")]) == 0
     text = capsys.readouterr().out
     assert "| modular | 2 | 1 | 1 |" in text and (tmp_path / "f.json").is_file()
+    assert "modular: of 1 whose gold never reached the evidence, 1 were answered after one accepted step" in text
+    assert "gold documents" not in text  # GSM8K names none
 
 
 def test_what_is_not_an_evaluation_is_refused(tmp_path, capsys):

@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from tasks.contracts import JudgedStep
 from tasks.eval.scorers import normalize_answer, score_question
-from tasks.learn.reward import answerable
+from tasks.learn.reward import answerable, gold_doc_ids
 from tasks.memory import as_evidence
 from tasks.modules.spans import answer_spans
 
@@ -118,36 +118,60 @@ def locate(run_dir: str | Path, systems: list[str] | None = None) -> dict[str, A
     if not results.is_dir():
         raise FailuresError(f"{root}: not an evaluation directory (no parts/results)")
     steps: dict[tuple[str, int, str], list[JudgedStep]] = {}
+    judged_n: Counter = Counter()
     records = _prepared_records(root)
-    kept = set()
     for r in _rows(judged) if judged.is_dir() else []:
-        kept.add((r["system"], int(r["seed"])))
+        key = (r["system"], int(r["seed"]), r["question_id"])
+        judged_n[key] += 1
         records.setdefault(r["question_id"], json.loads(r["question"]))
         if str(r.get("accepted")) == "True":
-            steps.setdefault((r["system"], int(r["seed"]), r["question_id"]), []).append(
-                JudgedStep.model_validate_json(r["step"]))
+            steps.setdefault(key, []).append(JudgedStep.model_validate_json(r["step"]))
+    kept = {(system, seed) for system, seed, _ in judged_n}
     settings = _span_settings(root)
     out: dict[str, Any] = {}
     for row in _rows(results):
-        system, seed = row["system"], int(row["seed"])
+        system, seed, qid = row["system"], int(row["seed"]), row["question_id"]
         if systems and system not in systems:
             continue
         mine = out.setdefault(system, {"places": Counter(), "questions": {}})
+        record = records.get(qid) or {"id": qid, "question": row.get("question"), "answer": row.get("gold")}
+        accepted = sorted(steps.get((system, seed, qid), []), key=lambda s: s.step_id)
         if row["correct"]:
             place = "correct"
         elif (system, seed) not in kept:
             place = "not_located"
         else:
-            record = records.get(row["question_id"]) or {"id": row["question_id"], "question": row.get("question"),
-                                                          "answer": row.get("gold")}
-            accepted = sorted(steps.get((system, seed, row["question_id"]), []), key=lambda s: s.step_id)
             span_mode, max_spans = settings.get(f"{system}.seed{seed}", (True, 80))
             place = locate_one(record, False, accepted, span_mode, max_spans)
         mine["places"][place] += 1
-        mine["questions"][f"{seed}:{row['question_id']}"] = place
+        mine["questions"][f"{seed}:{qid}"] = {"place": place, "judged": judged_n[(system, seed, qid)],
+                                               "accepted": len(accepted), **_gold_docs(record, accepted)}
     if not out:
         raise FailuresError(f"{root}: no finished question" + (f" of {', '.join(systems)}" if systems else ""))
-    return {s: {"places": dict(v["places"]), "questions": v["questions"]} for s, v in sorted(out.items())}
+    return {s: {"places": dict(v["places"]), "evidence_lost": evidence_lost(v["questions"]),
+                "questions": v["questions"]} for s, v in sorted(out.items())}
+
+
+def _gold_docs(record: dict[str, Any], accepted: list[JudgedStep]) -> dict[str, int]:
+    """How many of the question's gold documents (when it names them) the accepted evidence held."""
+    gold = set(gold_doc_ids(record))
+    if not gold:
+        return {}
+    seen = {str(p.get("doc_id")) for s in accepted if isinstance(s.result.data, dict)
+            for p in s.result.data.get("passages") or [] if isinstance(p, dict)}
+    return {"gold_docs_found": len(gold & seen), "gold_docs_needed": len(gold)}
+
+
+def evidence_lost(questions: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Of the questions whose gold never reached the evidence: how many were answered after one accepted step (and
+    after one judged step: the Planner's first step was its last), and how many lacked a gold document."""
+    lost = [q for q in questions.values() if q["place"] == "gold_not_in_evidence"]
+    return {"questions": len(lost),
+            "after_one_accepted_step": sum(q["accepted"] == 1 for q in lost),
+            "after_one_judged_step": sum(q["judged"] == 1 for q in lost),
+            "naming_gold_documents": sum("gold_docs_needed" in q for q in lost),
+            "some_gold_document_missing": sum(q.get("gold_docs_found", 0) < q.get("gold_docs_needed", 0)
+                                              for q in lost)}
 
 
 def _prepared_records(root: Path) -> dict[str, dict[str, Any]]:
@@ -176,6 +200,14 @@ def render(located: dict[str, Any]) -> str:
     for system, v in located.items():
         lines.append(f"| {system} | {sum(v['places'].values())} | "
                      + " | ".join(str(v["places"].get(c, 0)) for c in used) + " |")
+    for system, v in located.items():
+        e = v["evidence_lost"]
+        if e["questions"]:
+            lines.append(f"\n{system}: of {e['questions']} whose gold never reached the evidence, "
+                         f"{e['after_one_accepted_step']} were answered after one accepted step "
+                         f"({e['after_one_judged_step']} after one judged step)"
+                         + (f"; {e['some_gold_document_missing']} of the {e['naming_gold_documents']} whose question "
+                            "names gold documents lacked one of them" if e["naming_gold_documents"] else "") + ".")
     return "\n".join(lines)
 
 
