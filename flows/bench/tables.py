@@ -15,7 +15,8 @@ split into small, committed records that pool:
 ``pool``
     reads every record, refuses to mix measurements (other questions, other settings for a system), and writes
     ``<records>/summary.json`` and the tables between the markers of ``docs/results.md``. A (seed, question) counts
-    only when every system of the table has it, so every comparison is paired.
+    only when every system of the table has it, so every comparison is paired. ``--beside NAME=DIR`` adds a variant
+    (one system measured under other settings into its own records) beside each table, paired with every system.
 
     python -m flows.bench.tables run --benchmark gsm8k --seeds 0,1,2 --workers 2
     python -m flows.bench.tables record runs/tables/gsm8k/seed0
@@ -360,6 +361,11 @@ def render_beside(beside: dict[str, Any], systems: list[str]) -> str:
     return "\n".join(out)
 
 
+def _accuracy_cell(metrics: dict[str, Any] | None) -> str:
+    a = (metrics or {}).get("accuracy")
+    return "-" if not a else f"{_pct(a['mean'])} % {_ci(a['ci95'])}"
+
+
 def render_headline(summary: dict[str, Any]) -> str:
     """Accuracy per system (rows) and benchmark (columns), with the seeds each pooled and whether any paired
     difference excludes zero."""
@@ -369,16 +375,10 @@ def render_headline(summary: dict[str, Any]) -> str:
     out = ["| system | " + " | ".join(SHORT.get(b, b) for b in benches) + " |",
            "|---|" + "---|" * len(benches)]
     for name in SYSTEMS:
-        cells = []
-        for b in benches:
-            a = summary[b]["systems"].get(name, {}).get("accuracy")
-            cells.append("-" if not a else f"{_pct(a['mean'])} % {_ci(a['ci95'])}")
+        cells = [_accuracy_cell(summary[b]["systems"].get(name)) for b in benches]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     for name in dict.fromkeys(v for b in benches for v in summary[b].get("beside", {})):
-        cells = []
-        for b in benches:
-            a = ((summary[b].get("beside", {}).get(name) or {}).get("system") or {}).get("accuracy")
-            cells.append("-" if not a else f"{_pct(a['mean'])} % {_ci(a['ci95'])}")
+        cells = [_accuracy_cell((summary[b].get("beside", {}).get(name) or {}).get("system")) for b in benches]
         out.append(f"| {name} (beside) | " + " | ".join(cells) + " |")
     seeds = "; ".join(f"{SHORT.get(b, b)}: seeds "
                       f"{', '.join(str(k) for k in summary[b]['pooled']['questions_per_seed'])}" for b in benches)
