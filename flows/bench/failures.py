@@ -40,6 +40,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from tasks.checks.injection import passage_text
 from tasks.contracts import JudgedStep
 from tasks.eval.scorers import normalize_answer, score_question
 from tasks.learn.reward import answerable, gold_doc_ids
@@ -66,8 +67,7 @@ def _rows(folder: Path) -> list[dict[str, Any]]:
 
 def _evidence_text(content: Any) -> str:
     if isinstance(content, dict):
-        parts = [str(p.get("title", "")) + " " + str(p.get("text", "")) for p in content.get("passages") or []
-                 if isinstance(p, dict)]
+        parts = [passage_text(p) for p in content.get("passages") or [] if isinstance(p, dict)]
         parts += [str(content[k]) for k in ("stdout", "text") if isinstance(content.get(k), str)]
         return " ".join(parts)
     return str(content or "")
