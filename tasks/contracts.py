@@ -570,9 +570,10 @@ def plan_draft_schema(tools: list[str]) -> dict[str, Any]:
     return schema
 
 
-def answer_draft_schema(step_ids: list[int], answers: list[str] | None = None) -> dict[str, Any]:
+def answer_draft_schema(step_ids: list[int], answers: list[str] | None = None, claims_first: bool = False) -> dict[str, Any]:
     """JSON schema for constrained Generator decoding; citations may only name accepted steps, and the answer may
-    only be one of `answers` when they are given (the evidence's spans)."""
+    only be one of `answers` when they are given (the evidence's spans). `claims_first` orders the claims before
+    the answer, so a model that decodes in field order quotes its evidence before it picks the value."""
     claim = {
         "type": "object",
         "properties": {
@@ -582,15 +583,12 @@ def answer_draft_schema(step_ids: list[int], answers: list[str] | None = None) -
         "required": ["claim", "step_id"],
         "additionalProperties": False,
     }
-    return {
-        "type": "object",
-        "properties": {
-            "answer": {"type": "string", "enum": list(answers)} if answers else {"type": "string", "minLength": 1, "maxLength": 400},
-            "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": 4},
-        },
-        "required": ["answer", "claims"],
-        "additionalProperties": False,
+    fields = {
+        "answer": {"type": "string", "enum": list(answers)} if answers else {"type": "string", "minLength": 1, "maxLength": 400},
+        "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": 4},
     }
+    order = ["claims", "answer"] if claims_first else ["answer", "claims"]
+    return {"type": "object", "properties": {k: fields[k] for k in order}, "required": order, "additionalProperties": False}
 
 
 CONTRACTS: dict[str, type[BaseModel]] = {

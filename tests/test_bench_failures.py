@@ -27,14 +27,14 @@ def _search_step(step_id: int, text: str, accepted: bool = True) -> JudgedStep:
 
 def test_each_place_on_the_path_from_evidence_to_answer():
     born = _search_step(1, "Alfred Balk (July 24, 1930 - November 25, 2010) was an American reporter.")
-    inside = _search_step(2, "He served as secretary of New York Governor Nelson Rockefeller's Committee on Minorities.")
+    inside = _search_step(2, "He served as secretary of the Nelson Rockefeller Committee on Minorities.")
     alone = _search_step(3, "He later worked for Nelson Rockefeller, then Vice President.")
     assert locate_one(BALK, True, []) == "correct"
     assert failures._gold_docs({**BALK, "gold_doc_ids": ["d1", "d9"]}, [born, inside]) == \
         {"gold_docs_found": 1, "gold_docs_needed": 2}
     assert locate_one(BALK, False, []) == "no_evidence"
     assert locate_one(BALK, False, [born]) == "gold_not_in_evidence"
-    # the gold is in the text, but the name run swallows it: "New York Governor Nelson Rockefeller's Committee"
+    # the gold is in the text, but the name run swallows it: "Nelson Rockefeller Committee"
     assert locate_one(BALK, False, [born, inside]) == "gold_not_offered"
     assert locate_one(BALK, False, [born, inside, alone]) == "wrong_pick"  # "Nelson Rockefeller" was a span
     assert locate_one(BALK, False, [born, inside], span_mode=False) == "wrong_pick"  # free mode: nothing to offer

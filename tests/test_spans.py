@@ -41,6 +41,19 @@ def test_spans_are_the_values_the_evidence_states():
     assert "2001" not in spans and "05" not in spans  # a date is one value, not three numbers
 
 
+def test_names_inside_a_run_and_numbers_before_a_comma():
+    # the three span losses read off HotpotQA runs (flows.bench.failures): a possessive and a title inside a run, a
+    # middle initial; and a clause's comma that stuck to a number ("66,900,")
+    spans = answer_spans([_search_item(1, "He was secretary of New York Governor Nelson Rockefeller's Committee. "
+                                          "Henry J. Kaiser built ships. It seats 66,900, of whom 1,000 stand, since 1974, "
+                                          "beside the U.S. Army. McDonald's sells food.")])
+    for value in ["New York Governor Nelson Rockefeller's Committee", "Nelson Rockefeller", "Henry J. Kaiser", "66,900",
+                  "1,000", "1974", "U.S. Army", "McDonald's"]:
+        assert value in spans, value
+    assert spans.index("New York Governor Nelson Rockefeller's Committee") < spans.index("Nelson Rockefeller")
+    assert not any(s.endswith(",") for s in spans) and "McDonald" not in spans  # a name ending in 's stays whole
+
+
 def test_newest_evidence_first_and_a_programs_result_is_its_last_line():
     spans = answer_spans([_search_item(1, "Velt has 12,400 employees."), _python_item(2, "working\n15500\n")])
     assert spans[0] == "15500" and "working" not in spans
@@ -103,3 +116,20 @@ def test_a_yes_no_question_is_answered_yes_or_no():
     view = [_search_item(1, ORG)]
     assert answer_spans(view, question="Is Shequipar Foundry led by Quaquux Troudyl?") == ["yes", "no"]
     assert "Quaquux Troudyl" in answer_spans(view, question="Who leads Shequipar Foundry?")
+
+
+def test_claims_first_quotes_the_evidence_before_the_answer():
+    schema = answer_draft_schema([1], ["1,796.7", "yes", "no"], claims_first=True)
+    assert list(schema["properties"]) == schema["required"] == ["claims", "answer"]
+    assert list(answer_draft_schema([1])["properties"]) == ["answer", "claims"]  # the default order
+    reply = json.dumps({"claims": [{"claim": "The annual revenue is 1,796.7 million dollars.", "step_id": 1}], "answer": "1,796.7"})
+    backend = ScriptedBackend([reply])
+    config = ModelConfig(backend="scripted", demos=True)
+    out = Generator(backend, config, 2400, answer="span", claims_first=True).answer("What is the revenue?", [_search_item(1, ORG)])
+    assert out.text == "1,796.7" and out.citations[0].step_id == 1
+    request = backend.requests[0]
+    assert list(request["json_schema"]["properties"]) == ["claims", "answer"]
+    worked = [m["content"] for m in request["messages"] if m["role"] == "assistant"]
+    assert worked and all(w.startswith('{"claims"') for w in worked)  # the worked replies in the same order
+    assert "quote the evidence sentence" in request["messages"][0]["content"]
+    assert Settings().generator.claims_first is False

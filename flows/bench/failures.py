@@ -65,6 +65,29 @@ def _rows(folder: Path) -> list[dict[str, Any]]:
     return [r for f in sorted(folder.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
 
 
+def result_rows(root: Path) -> list[dict[str, Any]]:
+    """The finished questions' result rows of an evaluation directory (its parts, so a run in progress reads too)."""
+    results = root / "parts" / "results"
+    if not results.is_dir():
+        raise FailuresError(f"{root}: not an evaluation directory (no parts/results)")
+    return _rows(results)
+
+
+def judged_rows(root: Path) -> list[dict[str, Any]]:
+    """Every judged step's row (system, seed, question_id, accepted, step as JSON); none for a run that kept none."""
+    judged = root / "parts" / "judged"
+    return _rows(judged) if judged.is_dir() else []
+
+
+def judged_steps(root: Path, system: str) -> dict[tuple[int, str], list[JudgedStep]]:
+    """One system's judged steps (accepted or not) by (seed, question id), in the order the parts hold them."""
+    out: dict[tuple[int, str], list[JudgedStep]] = {}
+    for r in judged_rows(root):
+        if r["system"] == system:
+            out.setdefault((int(r["seed"]), r["question_id"]), []).append(JudgedStep.model_validate_json(r["step"]))
+    return out
+
+
 def _evidence_text(content: Any) -> str:
     if isinstance(content, dict):
         parts = [passage_text(p) for p in content.get("passages") or [] if isinstance(p, dict)]
@@ -114,27 +137,24 @@ def locate_one(record: dict[str, Any], correct: bool, accepted: list[JudgedStep]
 def locate(run_dir: str | Path, systems: list[str] | None = None) -> dict[str, Any]:
     """Per system: how many finished questions ended at each place, and each question's place."""
     root = Path(run_dir)
-    results, judged = root / "parts" / "results", root / "parts" / "judged"
-    if not results.is_dir():
-        raise FailuresError(f"{root}: not an evaluation directory (no parts/results)")
+    rows = result_rows(root)
     steps: dict[tuple[str, int, str], list[JudgedStep]] = {}
     judged_n: Counter = Counter()
-    records = _prepared_records(root)
-    for r in _rows(judged) if judged.is_dir() else []:
+    records = question_records(root)
+    for r in judged_rows(root):
         key = (r["system"], int(r["seed"]), r["question_id"])
         judged_n[key] += 1
-        records.setdefault(r["question_id"], json.loads(r["question"]))
         if str(r.get("accepted")) == "True":
             steps.setdefault(key, []).append(JudgedStep.model_validate_json(r["step"]))
     kept = {(system, seed) for system, seed, _ in judged_n}
     settings = _span_settings(root)
     out: dict[str, Any] = {}
-    for row in _rows(results):
+    for row in rows:
         system, seed, qid = row["system"], int(row["seed"]), row["question_id"]
         if systems and system not in systems:
             continue
         mine = out.setdefault(system, {"places": Counter(), "questions": {}})
-        record = records.get(qid) or {"id": qid, "question": row.get("question"), "answer": row.get("gold")}
+        record = records.get(qid) or row_record(row)
         accepted = sorted(steps.get((system, seed, qid), []), key=lambda s: s.step_id)
         if row["correct"]:
             place = "correct"
@@ -174,12 +194,26 @@ def evidence_lost(questions: dict[str, dict[str, Any]]) -> dict[str, int]:
                                               for q in lost)}
 
 
-def _prepared_records(root: Path) -> dict[str, dict[str, Any]]:
+def prepared_records(root: Path) -> dict[str, dict[str, Any]]:
     """The question records (with gold and aliases) the evaluation prepared, by id; empty when not kept."""
     path = root / "data" / "questions.jsonl"
     if not path.is_file():
         return {}
     return {rec["id"]: rec for rec in map(json.loads, filter(str.strip, path.read_text().splitlines()))}
+
+
+def question_records(root: Path) -> dict[str, dict[str, Any]]:
+    """The question records by id: the prepared ones, completed by those the judged steps carry."""
+    records = prepared_records(root)
+    for r in judged_rows(root):
+        records.setdefault(r["question_id"], json.loads(r["question"]))
+    return records
+
+
+def row_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A question record read off a result row, for a question whose record was not kept."""
+    return {"id": row["question_id"], "benchmark": row.get("benchmark"), "question": row.get("question"),
+            "answer": row.get("gold")}
 
 
 def _span_settings(root: Path) -> dict[str, tuple[bool, int]]:

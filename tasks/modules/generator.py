@@ -24,21 +24,25 @@ NO_EVIDENCE = "I could not establish a verified answer: no evidence passed verif
 
 
 class Generator:
-    def __init__(self, backend: ModelBackend, config: ModelConfig, view_chars: int, answer: str = "free", max_spans: int = 80):
+    def __init__(self, backend: ModelBackend, config: ModelConfig, view_chars: int, answer: str = "free", max_spans: int = 80,
+                 claims_first: bool = False, typed_spans: bool = False):
         self.backend = backend
         self.config = config
         self.view_chars = view_chars
         self.answer_mode = answer  # span: pick among the evidence's values (tasks/modules/spans.py); free: write it
         self.max_spans = max_spans
+        self.claims_first = claims_first  # quote the evidence, then answer (GeneratorConfig.claims_first)
+        self.typed_spans = typed_spans  # offer the kind of value the question asks for (spans.asked_kind)
 
     def answer(self, question: str, view: list[MemoryItem], deadline_s: float | None = None) -> GenerationOutcome:
         if not view:
             return GenerationOutcome(text=NO_EVIDENCE)
         by_step = {item.step_id: item for item in view}
-        spans = answer_spans(view, self.max_spans, question) if self.answer_mode == "span" else None
+        spans = self.spans(question, view)
         try:
-            c = self.backend.complete(generator_messages(question, view, self.view_chars, self.config.demos),
-                                      json_schema=answer_draft_schema(sorted(by_step), spans), max_tokens=self.config.max_tokens,
+            c = self.backend.complete(generator_messages(question, view, self.view_chars, self.config.demos, self.claims_first),
+                                      json_schema=answer_draft_schema(sorted(by_step), spans, self.claims_first),
+                                      max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
         except ModelError as exc:
             return self._extractive(view, FailureType.model_error, str(exc), None)
@@ -54,6 +58,10 @@ class Generator:
             return self._extractive(view, FailureType.unsupported, "the draft cited no accepted step", usage)
         return GenerationOutcome(text=draft.answer.strip(), citations=citations, usage=usage)
 
+    def spans(self, question: str, view: list[MemoryItem]) -> list[str] | None:
+        """The values the answer may be (span mode), or None (free mode)."""
+        return answer_spans(view, self.max_spans, question, self.typed_spans) if self.answer_mode == "span" else None
+
     def _extractive(self, view: list[MemoryItem], ftype: FailureType, error: str, usage: ModelUsage | None) -> GenerationOutcome:
         """Fallback when the model fails: show the latest verified evidence verbatim, cited."""
         item = view[-1]
@@ -64,7 +72,8 @@ class Generator:
 
 def build_generator(settings: Settings) -> Generator:
     cfg = settings.models.generator
-    return Generator(build_backend(cfg), cfg, settings.memory.view_chars, settings.generator.answer, settings.generator.max_spans)
+    g = settings.generator
+    return Generator(build_backend(cfg), cfg, settings.memory.view_chars, g.answer, g.max_spans, g.claims_first, g.typed_spans)
 
 
 @task(name="generate_answer", retries=0, cache_policy=NO_CACHE, task_run_name="answer-{task_id}")

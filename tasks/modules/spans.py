@@ -6,7 +6,8 @@ states, it picks the right one far more often (embedded SmolLM2-135M, 12 one-hop
 the gold passage retrieved: 1 of 12 free, 4 of 12 as a choice). Constraining the answer to evidence
 spans also makes "the answer comes from verified evidence only" hold by construction.
 
-Spans: numbers as written, names (capitalised word runs, with the small words names contain), ISO
+Spans: numbers as written, names (capitalised word runs, with the small words names contain and middle initials,
+each followed by the name before a possessive and after a title inside it), ISO
 dates, what a program printed (its last line), and yes / no; for a yes/no question only yes / no
 (`polar_question`: on 200 world test questions (seed 7, easy and default) it finds the 31 yes/no ones and no
 other; on HotpotQA dev's first 500 questions 79 of the 80 yes/no ones and no other; on GSM8K's 1,319 and
@@ -20,10 +21,19 @@ from typing import Any
 
 from tasks.contracts import MemoryItem
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+# a number ends on a digit, so a clause's comma stays out of it ("66,900, of whom" offers 66,900)
+_NUMBER = re.compile(r"(?<![\w.])-?\d(?:[\d,]*\d)?(?:\.\d+)?(?![\w])")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
-_NAME = re.compile(r"\b[A-Z][\w'’&-]*(?:\s+(?:(?:of|the|and|de|da|del|du|von|van|la|le)\s+)?[A-Z][\w'’&-]*)*")
+# a name's word; initials ("Henry J. Kaiser", "U.S. Army") are one when another capitalised word follows them
+_WORD = r"(?:(?:[A-Z]\.)+(?=\s+[A-Z])|[A-Z][\w'’&-]*)"
+_NAME = re.compile(rf"\b{_WORD}(?:\s+(?:(?:of|the|and|de|da|del|du|von|van|la|le)\s+)?{_WORD})*")
 _STOP = {"The", "A", "An", "It", "Its", "This", "That", "In", "On", "At", "By", "As", "He", "She", "They", "There"}
+# a title before a person's name: the run "New York Governor Nelson Rockefeller" also offers "Nelson Rockefeller"
+_TITLES = {"King", "Queen", "Prince", "Princess", "President", "Vice", "Governor", "Senator", "Mayor", "General",
+           "Admiral", "Captain", "Colonel", "Sir", "Dame", "Lord", "Lady", "Saint", "Pope", "Bishop", "Judge",
+           "Justice", "Professor", "Dr", "Dr.", "Mr", "Mr.", "Mrs", "Mrs.", "Ms", "Ms.", "Chancellor", "Minister",
+           "Secretary", "Emperor", "Empress", "Duke", "Duchess", "Count", "Countess", "Baron"}
+_POSSESSIVE = re.compile(r"['’]s?$")
 
 
 def _texts(content: Any) -> tuple[list[str], list[str]]:
@@ -40,6 +50,8 @@ def _texts(content: Any) -> tuple[list[str], list[str]]:
 
 
 def _names(text: str) -> list[str]:
+    """Capitalised runs, each followed by the names inside it: a possessive ends one ("Nelson Rockefeller's
+    Committee" also offers "Nelson Rockefeller"), and a title opens one ("Governor Nelson Rockefeller")."""
     out = []
     for m in _NAME.finditer(text):
         words = m.group(0).split()
@@ -47,26 +59,97 @@ def _names(text: str) -> list[str]:
             words = words[1:]
         if words:
             out.append(" ".join(words))
+            out += _inner_names(words)
     return out
 
 
-def answer_spans(view: list[MemoryItem], limit: int = 80, question: str = "") -> list[str]:
+def _inner_names(words: list[str]) -> list[str]:
+    inner = []
+    owner = next((i for i, w in enumerate(words) if _POSSESSIVE.search(w) and i < len(words) - 1), None)
+    if owner is not None:  # the run up to its possessive, without the 's
+        words = [*words[:owner], _POSSESSIVE.sub("", words[owner])]
+        inner.append(" ".join(words))
+    titled = [i for i, w in enumerate(words[:-1]) if w in _TITLES]
+    if titled:
+        inner.append(" ".join(words[titled[-1] + 1:]))
+    return inner
+
+
+def answer_spans(view: list[MemoryItem], limit: int = 80, question: str = "", typed: bool = False) -> list[str]:
     """The distinct spans of the accepted evidence, newest evidence first (a program's result leads), at most `limit`;
-    a yes/no question (polar_question) is answered yes or no."""
+    a yes/no question (polar_question) is answered yes or no. `typed`: a question asking for a quantity or a time is
+    offered numbers and dates, one asking for a person or a thing names (`asked_kind`); a program's result is always
+    offered, and when the kind leaves nothing, everything is."""
     if question and polar_question(question):
         return ["yes", "no"]
+    kind = asked_kind(question) if typed and question else None
     spans: list[str] = []
+    off_kind: list[str] = []
     for item in reversed(view):
         prose, printed = _texts(item.content)
-        found = list(printed)
+        found = [(s, True) for s in printed]
         for text in prose:
-            found += _DATE.findall(text) + _NUMBER.findall(_DATE.sub(" ", text)) + _names(text)
-        for s in found:
+            values = _DATE.findall(text) + _NUMBER.findall(_DATE.sub(" ", text))
+            found += [(s, kind != "name") for s in values] + [(s, kind != "number") for s in _names(text)]
+        for s, fits in found:
             s = s.strip()
-            if s and len(s) <= 120 and s not in spans:
-                spans.append(s)
-    spans = spans[: max(0, limit - 2)]
+            if s and len(s) <= 120 and s not in spans and s not in off_kind:
+                (spans if fits else off_kind).append(s)
+    spans = (spans or off_kind)[: max(0, limit - 2)]
     return spans + [s for s in ("yes", "no") if s not in spans]
+
+
+_QUANTITY_WORDS = frozenset(
+    "year decade century date day month time age percentage percent number amount population revenue price cost size "
+    "height length width depth distance weight mass volume area speed rate ratio fraction share temperature rank "
+    "score capacity budget salary profit interest balance total sum difference average mean value count".split())
+_NOT_A_NOUN = frozenset(
+    "is are was were do does did has have had can could will would should shall may might must of one from to in on at "
+    "by for with about the a an this that these those".split())
+_WH_WORD = re.compile(r"\b(who|whom|whose|what|which|when|how)\b", re.IGNORECASE)
+_PREPOSITION = re.compile(r"\b(?:in|of|at|on|by|to|from|for|with|during)\s*$", re.IGNORECASE)
+_CLAUSE_SUBJECT = re.compile(r"\s*(?:[A-Z]|(?:the|a|an|he|she|it|they|we|you|his|her|its|their)\b)")
+_REQUESTED = re.compile(r"^(?:the|a|an)\s+([a-z]+)")
+
+
+def _asking_wh(asked: str) -> tuple[str, str] | None:
+    """The first wh-word that asks, with the word after it; "the city in which Casias Queder was born" opens a
+    relative clause (a preposition before it, the clause's subject after it), "in which year" asks."""
+    for m in _WH_WORD.finditer(asked):
+        rest = asked[m.end():]
+        if _PREPOSITION.search(asked[:m.start()]) and _CLAUSE_SUBJECT.match(rest):
+            continue
+        after = re.match(r"\s*([a-z]*)", rest.lower()).group(1)
+        return m.group(1).lower(), after
+    return None
+
+
+def asked_kind(question: str) -> str | None:
+    """What a question's first wh-word asks for: "number" (how many / much / old..., when, what or which year,
+    population, price...), "name" (who, whom, whose; what or which followed by a noun: "which Vice President",
+    "what race track"), or None (what is / was ..., anything else: every span stays)."""
+    sentences = [x for x in re.split(r"(?<=\w\w[.!?])\s+", question.strip()) if x]
+    asked = next((x for x in reversed(sentences) if "?" in x), sentences[-1] if sentences else "")
+    asked = asked.strip()
+    request = _REQUEST.match(asked.lower())
+    asked = asked[request.end():] if request else asked
+    requested = _REQUESTED.match(asked.lower())  # "Could you tell me the total of ...": a request names what it asks for
+    if requested:
+        return "number" if requested.group(1).rstrip("s") in _QUANTITY_WORDS else None
+    found = _asking_wh(asked)
+    if found is None:
+        return None
+    wh, after = found
+    after = after[:-1] if after.endswith("s") and after[:-1] in _QUANTITY_WORDS else after
+    if wh == "when":
+        return "number"
+    if wh == "how":
+        return "number" if after and after not in {"is", "was", "are", "were", "do", "does", "did"} else None
+    if wh in {"who", "whom", "whose"}:
+        return "name"
+    if after in _QUANTITY_WORDS:
+        return "number"
+    return "name" if after and after not in _NOT_A_NOUN else None
 
 
 _REQUEST = re.compile(r"^\s*(?:(?:could|can|would|will)\s+you\s+(?:please\s+)?(?:tell|give|show|find|say)(?:\s+me)?|please\s+tell\s+me)\s+")
