@@ -51,26 +51,37 @@ def test_unchanged_settings_give_the_recorded_answers_and_overrides_are_scored_b
     _unit(out, KM, [plan("python", "print(27 + 2 * 15 - 15)", sub_goal="compute it")], "42")  # printed 42, gold 120
     same = probe.replay(out, out=tmp_path / "same.jsonl", every=True)
     assert same == {"system": "modular", "overrides": [], "questions": 2, "gold_offered": 1, "recorded_correct": 1,
-                    "replayed_correct": 1, "better": 0, "worse": 0, "called": 2, "same_answer": 2}
+                    "replayed_correct": 1, "better": 0, "worse": 0, "difference_points": 0.0,
+                    "difference_ci95": [0.0, 0.0], "called": 2, "same_answer": 2}
     assert len((tmp_path / "same.jsonl").read_text().splitlines()) == 2
     # without --every, the question whose gold (120) no span offers, recorded wrong, is wrong without a call
     quick = probe.replay(out)
     assert (quick["called"], quick["same_answer"], quick["replayed_correct"], quick["worse"]) == (1, 1, 1, 0)
     # another Generator (here: a script that answers 7) on the same evidence
     seven = json.dumps([answer("7", 1)])
-    other = probe.replay(out, overrides=[f"models.generator.script={seven}"])
+    other = probe.replay(out, overrides=[f"models.generator.script={seven}"], out=tmp_path / "seven.jsonl")
     assert (other["replayed_correct"], other["worse"], other["same_answer"]) == (0, 1, 0)
-    assert probe.main([str(out), "--json", str(tmp_path / "s.json")]) == 0
+    assert other["difference_points"] == -50.0  # one of two questions lost
+    assert probe.main(["replay", str(out), "--json", str(tmp_path / "s.json")]) == 0
     assert '"replayed_correct": 1' in (tmp_path / "s.json").read_text()
+    # replays of several directories pool into one paired difference
+    both = probe.pool([tmp_path / "same.jsonl", tmp_path / "seven.jsonl"])
+    assert (both["questions"], both["recorded_correct"], both["replayed_correct"], both["worse"]) == (4, 2, 1, 1)
+    assert probe.main(["pool", str(tmp_path / "same.jsonl"), str(tmp_path / "seven.jsonl")]) == 0
 
 
 def test_a_directory_that_is_not_an_evaluation_is_refused(tmp_path, capsys):
-    assert probe.main([str(tmp_path)]) == 2
+    assert probe.main(["replay", str(tmp_path)]) == 2
     assert "not an evaluation directory" in capsys.readouterr().err
+    assert probe.main(["pool", str(tmp_path / "none.jsonl")]) == 2
+    assert "no such replay file" in capsys.readouterr().err
+    (tmp_path / "x.jsonl").write_text('{"a": 1}\n')
+    assert probe.main(["pool", str(tmp_path / "x.jsonl")]) == 2
+    assert "not a replay's JSON lines" in capsys.readouterr().err
     out = tmp_path / "eval"
     _unit(out, SIX, [plan("python", "print(6 * 7)", sub_goal="compute it")], "42")
-    assert probe.main([str(out), "--system", "monolithic"]) == 2
+    assert probe.main(["replay", str(out), "--system", "monolithic"]) == 2
     assert "no finished question of monolithic" in capsys.readouterr().err
     (out / "settings" / "modular.seed0.yaml").unlink()
-    assert probe.main([str(out)]) == 2
+    assert probe.main(["replay", str(out)]) == 2
     assert "no stored settings" in capsys.readouterr().err

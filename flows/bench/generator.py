@@ -12,7 +12,8 @@ and whether each scored correct. Rows without accepted evidence are skipped (the
 so, unless --every, is the model call where the gold is not offered and the recorded answer was wrong (wrong either
 way).
 
-    python -m flows.bench.generator RUN_DIR [--system modular] [--set generator.max_spans=40] [--out replay.jsonl]
+    python -m flows.bench.generator replay RUN_DIR [--system modular] [--set generator.claims_first=true] --out a.jsonl
+    python -m flows.bench.generator pool a.jsonl b.jsonl     # several directories' replays, paired per question
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from flows.bench.failures import (
 )
 from infra.runtime.settings import ConfigError, Settings, load_settings
 from tasks.contracts import JudgedStep, MemoryItem
+from tasks.eval.metrics import paired_difference
 from tasks.eval.scorers import score_question
 from tasks.memory import EvolvingMemory
 from tasks.modules.generator import Generator, build_generator
@@ -106,38 +108,69 @@ def replay(run_dir: str | Path, system: str = "modular", overrides: list[str] = 
 
 
 def summarise(lines: list[dict[str, Any]], system: str, overrides: list[str]) -> dict[str, Any]:
-    """Counts over the replayed questions: recorded vs replayed correct, and which answers changed."""
+    """Counts over the replayed questions: recorded vs replayed correct, which answers changed, and the paired
+    difference (replayed - recorded, per question averaged over its seeds, as the tables pair systems)."""
     moved = Counter((x["recorded_correct"], x["replayed_correct"]) for x in lines)
+    diff = paired_difference([{"question_id": x["question_id"], "correct": x["replayed_correct"]} for x in lines],
+                             [{"question_id": x["question_id"], "correct": x["recorded_correct"]} for x in lines])
     return {"system": system, "overrides": overrides, "questions": len(lines),
             "gold_offered": sum(bool(x["offered"]) for x in lines) if any(x["offered"] is not None for x in lines) else None,
             "recorded_correct": sum(x["recorded_correct"] for x in lines),
             "replayed_correct": sum(x["replayed_correct"] for x in lines),
             "better": moved[(False, True)], "worse": moved[(True, False)],
+            "difference_points": None if diff["mean_diff"] is None else round(100 * diff["mean_diff"], 1),
+            "difference_ci95": None if diff["ci95"] is None else [round(100 * v, 1) for v in diff["ci95"]],
             "called": sum(x["replayed"] is not None for x in lines),
             "same_answer": sum(str(x["recorded"]).strip() == str(x["replayed"]).strip() for x in lines
                                if x["replayed"] is not None)}
 
 
+def pool(paths: list[str | Path]) -> dict[str, Any]:
+    """Several replays' lines (one per evaluation directory, the same overrides) summarised together; a question is
+    keyed by its id, so the seeds of one benchmark pair as the tables pair them."""
+    lines: list[dict[str, Any]] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise FailuresError(f"{p}: no such replay file (flows.bench.generator replay --out writes one)")
+        got = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+        if not got or "replayed_correct" not in got[0]:
+            raise FailuresError(f"{p}: not a replay's JSON lines")
+        lines += got
+    return summarise(lines, "pooled", [])
+
+
+def _emit(summary: dict[str, Any], json_path: str | None) -> None:
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if json_path:
+        Path(json_path).write_text(text + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flows.bench.generator", description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", help="an evaluation directory (flows.bench.tables run's OUT/<benchmark>/seed<K>)")
-    p.add_argument("--system", default="modular", help="a system that keeps judged steps (modular, modular-nomem)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="section.key=value")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--every", action="store_true", help="call the Generator on every question, also where the gold is "
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("replay", help="replay one evaluation directory's questions through the Generator")
+    r.add_argument("run_dir", help="an evaluation directory (flows.bench.tables run's OUT/<benchmark>/seed<K>)")
+    r.add_argument("--system", default="modular", help="a system that keeps judged steps (modular, modular-nomem)")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="section.key=value")
+    r.add_argument("--limit", type=int, default=None)
+    r.add_argument("--every", action="store_true", help="call the Generator on every question, also where the gold is "
                    "not offered (the check that unchanged settings give the recorded answers back)")
-    p.add_argument("--out", default=None, help="JSON lines, one per replayed question (appended)")
-    p.add_argument("--json", default=None, help="write the summary here too")
+    r.add_argument("--out", default=None, help="JSON lines, one per replayed question (appended)")
+    r.add_argument("--json", default=None, help="write the summary here too")
+    q = sub.add_parser("pool", help="summarise several replays' JSON lines together")
+    q.add_argument("lines", nargs="+", help="replay --out files")
+    q.add_argument("--json", default=None, help="write the summary here too")
     a = p.parse_args(argv)
     try:
-        summary = replay(a.run_dir, a.system, a.overrides, a.limit, Path(a.out) if a.out else None, a.every)
+        if a.command == "pool":
+            _emit(pool(a.lines), a.json)
+        else:
+            _emit(replay(a.run_dir, a.system, a.overrides, a.limit, Path(a.out) if a.out else None, a.every), a.json)
     except (FailuresError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if a.json:
-        Path(a.json).write_text(text + "\n")
     return 0
 
 

@@ -17,22 +17,26 @@ from tasks.contracts import (
     ModelUsage,
     answer_draft_schema,
 )
-from tasks.modules.prompts import ParseError, generator_messages, parse_json_reply, render_evidence
-from tasks.modules.spans import answer_spans
+from tasks.modules.prompts import (
+    ParseError,
+    generator_messages,
+    parse_json_reply,
+    render_evidence,
+)
+from tasks.modules.spans import answer_spans, polar_question
 
 NO_EVIDENCE = "I could not establish a verified answer: no evidence passed verification."
 
 
 class Generator:
     def __init__(self, backend: ModelBackend, config: ModelConfig, view_chars: int, answer: str = "free", max_spans: int = 80,
-                 claims_first: bool = False, typed_spans: bool = False):
+                 claims_first: bool = False):
         self.backend = backend
         self.config = config
         self.view_chars = view_chars
         self.answer_mode = answer  # span: pick among the evidence's values (tasks/modules/spans.py); free: write it
         self.max_spans = max_spans
         self.claims_first = claims_first  # quote the evidence, then answer (GeneratorConfig.claims_first)
-        self.typed_spans = typed_spans  # offer the kind of value the question asks for (spans.asked_kind)
 
     def answer(self, question: str, view: list[MemoryItem], deadline_s: float | None = None) -> GenerationOutcome:
         if not view:
@@ -40,8 +44,11 @@ class Generator:
         by_step = {item.step_id: item for item in view}
         spans = self.spans(question, view)
         try:
-            c = self.backend.complete(generator_messages(question, view, self.view_chars, self.config.demos, self.claims_first),
-                                      json_schema=answer_draft_schema(sorted(by_step), spans, self.claims_first),
+            # a yes/no answer comes first: a quoted claim reads as support, and the model then says yes
+            # (claims first on the tables' yes/no questions: 2 better, 5 worse; docs/results-v2.md)
+            claims_first = self.claims_first and not polar_question(question)
+            c = self.backend.complete(generator_messages(question, view, self.view_chars, self.config.demos, claims_first),
+                                      json_schema=answer_draft_schema(sorted(by_step), spans, claims_first),
                                       max_tokens=self.config.max_tokens,
                                       temperature=self.config.temperature, seed=self.config.seed, deadline_s=deadline_s)
         except ModelError as exc:
@@ -60,7 +67,7 @@ class Generator:
 
     def spans(self, question: str, view: list[MemoryItem]) -> list[str] | None:
         """The values the answer may be (span mode), or None (free mode)."""
-        return answer_spans(view, self.max_spans, question, self.typed_spans) if self.answer_mode == "span" else None
+        return answer_spans(view, self.max_spans, question) if self.answer_mode == "span" else None
 
     def _extractive(self, view: list[MemoryItem], ftype: FailureType, error: str, usage: ModelUsage | None) -> GenerationOutcome:
         """Fallback when the model fails: show the latest verified evidence verbatim, cited."""
@@ -73,7 +80,7 @@ class Generator:
 def build_generator(settings: Settings) -> Generator:
     cfg = settings.models.generator
     g = settings.generator
-    return Generator(build_backend(cfg), cfg, settings.memory.view_chars, g.answer, g.max_spans, g.claims_first, g.typed_spans)
+    return Generator(build_backend(cfg), cfg, settings.memory.view_chars, g.answer, g.max_spans, g.claims_first)
 
 
 @task(name="generate_answer", retries=0, cache_policy=NO_CACHE, task_run_name="answer-{task_id}")

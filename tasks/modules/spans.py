@@ -75,81 +75,23 @@ def _inner_names(words: list[str]) -> list[str]:
     return inner
 
 
-def answer_spans(view: list[MemoryItem], limit: int = 80, question: str = "", typed: bool = False) -> list[str]:
+def answer_spans(view: list[MemoryItem], limit: int = 80, question: str = "") -> list[str]:
     """The distinct spans of the accepted evidence, newest evidence first (a program's result leads), at most `limit`;
-    a yes/no question (polar_question) is answered yes or no. `typed`: a question asking for a quantity or a time is
-    offered numbers and dates, one asking for a person or a thing names (`asked_kind`); a program's result is always
-    offered, and when the kind leaves nothing, everything is."""
+    a yes/no question (polar_question) is answered yes or no."""
     if question and polar_question(question):
         return ["yes", "no"]
-    kind = asked_kind(question) if typed and question else None
     spans: list[str] = []
-    off_kind: list[str] = []
     for item in reversed(view):
         prose, printed = _texts(item.content)
-        found = [(s, True) for s in printed]
+        found = list(printed)
         for text in prose:
-            values = _DATE.findall(text) + _NUMBER.findall(_DATE.sub(" ", text))
-            found += [(s, kind != "name") for s in values] + [(s, kind != "number") for s in _names(text)]
-        for s, fits in found:
+            found += _DATE.findall(text) + _NUMBER.findall(_DATE.sub(" ", text)) + _names(text)
+        for s in found:
             s = s.strip()
-            if s and len(s) <= 120 and s not in spans and s not in off_kind:
-                (spans if fits else off_kind).append(s)
-    spans = (spans or off_kind)[: max(0, limit - 2)]
+            if s and len(s) <= 120 and s not in spans:
+                spans.append(s)
+    spans = spans[: max(0, limit - 2)]
     return spans + [s for s in ("yes", "no") if s not in spans]
-
-
-_QUANTITY_WORDS = frozenset(
-    "year decade century date day month time age percentage percent number amount population revenue price cost size "
-    "height length width depth distance weight mass volume area speed rate ratio fraction share temperature rank "
-    "score capacity budget salary profit interest balance total sum difference average mean value count".split())
-_NOT_A_NOUN = frozenset(
-    "is are was were do does did has have had can could will would should shall may might must of one from to in on at "
-    "by for with about the a an this that these those".split())
-_WH_WORD = re.compile(r"\b(who|whom|whose|what|which|when|how)\b", re.IGNORECASE)
-_PREPOSITION = re.compile(r"\b(?:in|of|at|on|by|to|from|for|with|during)\s*$", re.IGNORECASE)
-_CLAUSE_SUBJECT = re.compile(r"\s*(?:[A-Z]|(?:the|a|an|he|she|it|they|we|you|his|her|its|their)\b)")
-_REQUESTED = re.compile(r"^(?:the|a|an)\s+([a-z]+)")
-
-
-def _asking_wh(asked: str) -> tuple[str, str] | None:
-    """The first wh-word that asks, with the word after it; "the city in which Casias Queder was born" opens a
-    relative clause (a preposition before it, the clause's subject after it), "in which year" asks."""
-    for m in _WH_WORD.finditer(asked):
-        rest = asked[m.end():]
-        if _PREPOSITION.search(asked[:m.start()]) and _CLAUSE_SUBJECT.match(rest):
-            continue
-        after = re.match(r"\s*([a-z]*)", rest.lower()).group(1)
-        return m.group(1).lower(), after
-    return None
-
-
-def asked_kind(question: str) -> str | None:
-    """What a question's first wh-word asks for: "number" (how many / much / old..., when, what or which year,
-    population, price...), "name" (who, whom, whose; what or which followed by a noun: "which Vice President",
-    "what race track"), or None (what is / was ..., anything else: every span stays)."""
-    sentences = [x for x in re.split(r"(?<=\w\w[.!?])\s+", question.strip()) if x]
-    asked = next((x for x in reversed(sentences) if "?" in x), sentences[-1] if sentences else "")
-    asked = asked.strip()
-    request = _REQUEST.match(asked.lower())
-    asked = asked[request.end():] if request else asked
-    requested = _REQUESTED.match(asked.lower())  # "Could you tell me the total of ...": a request names what it asks for
-    if requested:
-        return "number" if requested.group(1).rstrip("s") in _QUANTITY_WORDS else None
-    found = _asking_wh(asked)
-    if found is None:
-        return None
-    wh, after = found
-    after = after[:-1] if after.endswith("s") and after[:-1] in _QUANTITY_WORDS else after
-    if wh == "when":
-        return "number"
-    if wh == "how":
-        return "number" if after and after not in {"is", "was", "are", "were", "do", "does", "did"} else None
-    if wh in {"who", "whom", "whose"}:
-        return "name"
-    if after in _QUANTITY_WORDS:
-        return "number"
-    return "name" if after and after not in _NOT_A_NOUN else None
 
 
 _REQUEST = re.compile(r"^\s*(?:(?:could|can|would|will)\s+you\s+(?:please\s+)?(?:tell|give|show|find|say)(?:\s+me)?|please\s+tell\s+me)\s+")
