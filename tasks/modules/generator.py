@@ -17,12 +17,7 @@ from tasks.contracts import (
     ModelUsage,
     answer_draft_schema,
 )
-from tasks.modules.prompts import (
-    ParseError,
-    generator_messages,
-    parse_json_reply,
-    render_evidence,
-)
+from tasks.modules.prompts import ParseError, generator_messages, parse_json_reply, render_evidence
 from tasks.modules.spans import answer_spans, polar_question
 
 NO_EVIDENCE = "I could not establish a verified answer: no evidence passed verification."
