@@ -132,7 +132,7 @@ def test_claims_first_quotes_the_evidence_before_the_answer():
     worked = [m["content"] for m in request["messages"] if m["role"] == "assistant"]
     assert worked and all(w.startswith('{"claims"') for w in worked)  # the worked replies in the same order
     assert "quote the evidence sentence" in request["messages"][0]["content"]
-    assert Settings().generator.claims_first is False
+    assert Settings().generator.claims_first is True  # the default since the replay measured it
     # a yes/no question keeps the answer first
     polar = ScriptedBackend([json.dumps({"answer": "yes", "claims": [{"claim": "It was founded in 1984.", "step_id": 1}]})])
     out = Generator(polar, config, 2400, answer="span", claims_first=True).answer("Was it founded in 1984?", [_search_item(1, ORG)])
