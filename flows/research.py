@@ -173,9 +173,7 @@ def research(question: Question, settings: Settings, *, run_id: str, log: RunLog
             verdict = steps.verify_step(plan, result, shown, tid, settings, q)
             ledger.verifier(plan, verdict, (time.perf_counter() - t0) * 1000)
             judged.append(JudgedStep(step_id=plan.step_id, plan=plan, result=result, view=shown, verdict=verdict))
-            item = memory.record(plan, result, verdict)  # only accepted results become evidence
-            if verdict.accepted and verdict.supersedes:  # a newer source replaces an older accepted item
-                memory.supersede(verdict.supersedes, item.id)
+            memory.record_judged(judged[-1])  # only accepted results become evidence; a newer source supersedes
             feedback = None if verdict.accepted else verdict
             stop = policy.note_verdict(verdict)
     except Exception as exc:  # a bug or an unreachable backend ends this question, not the batch

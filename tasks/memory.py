@@ -13,6 +13,7 @@ from tasks.checks.injection import quarantine, with_cut_data
 from tasks.checks.supersession import without_superseded
 from tasks.contracts import (
     FailureType,
+    JudgedStep,
     MemoryItem,
     MemoryStatus,
     Origin,
@@ -92,6 +93,14 @@ class EvolvingMemory:
             self._debug.append(item)
         else:
             self._items[item.id] = item
+        return item
+
+    def record_judged(self, step: JudgedStep) -> MemoryItem:
+        """Store a step the Verifier judged; an accepted result from a newer source supersedes the item its verdict
+        names. The loop's bookkeeping, and the replay's (flows/bench/generator.py rebuilds a run's evidence with it)."""
+        item = self.record(step.plan, step.result, step.verdict)
+        if step.verdict.accepted and step.verdict.supersedes:
+            self.supersede(step.verdict.supersedes, item.id)
         return item
 
     def record_failure(self, step_id: int, tool: str, failure_type: FailureType, reason: str, content=None,

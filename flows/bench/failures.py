@@ -79,10 +79,10 @@ def judged_rows(root: Path) -> list[dict[str, Any]]:
     return _rows(judged) if judged.is_dir() else []
 
 
-def judged_steps(root: Path, system: str) -> dict[tuple[int, str], list[JudgedStep]]:
-    """One system's judged steps (accepted or not) by (seed, question id), in the order the parts hold them."""
+def judged_steps(rows: list[dict[str, Any]], system: str) -> dict[tuple[int, str], list[JudgedStep]]:
+    """One system's judged steps (accepted or not; `rows` from judged_rows) by (seed, question id), in part order."""
     out: dict[tuple[int, str], list[JudgedStep]] = {}
-    for r in judged_rows(root):
+    for r in rows:
         if r["system"] == system:
             out.setdefault((int(r["seed"]), r["question_id"]), []).append(JudgedStep.model_validate_json(r["step"]))
     return out
@@ -140,8 +140,9 @@ def locate(run_dir: str | Path, systems: list[str] | None = None) -> dict[str, A
     rows = result_rows(root)
     steps: dict[tuple[str, int, str], list[JudgedStep]] = {}
     judged_n: Counter = Counter()
-    records = question_records(root)
-    for r in judged_rows(root):
+    judged = judged_rows(root)
+    records = question_records(root, judged)
+    for r in judged:
         key = (r["system"], int(r["seed"]), r["question_id"])
         judged_n[key] += 1
         if str(r.get("accepted")) == "True":
@@ -202,10 +203,10 @@ def prepared_records(root: Path) -> dict[str, dict[str, Any]]:
     return {rec["id"]: rec for rec in map(json.loads, filter(str.strip, path.read_text().splitlines()))}
 
 
-def question_records(root: Path) -> dict[str, dict[str, Any]]:
-    """The question records by id: the prepared ones, completed by those the judged steps carry."""
+def question_records(root: Path, judged: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The question records by id: the prepared ones, completed by those the judged steps carry (judged_rows)."""
     records = prepared_records(root)
-    for r in judged_rows(root):
+    for r in judged:
         records.setdefault(r["question_id"], json.loads(r["question"]))
     return records
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from flows.bench.failures import (
     FailuresError,
+    judged_rows,
     judged_steps,
     question_records,
     result_rows,
@@ -41,13 +42,10 @@ from tasks.modules.generator import Generator, build_generator
 
 
 def final_view(steps: list[JudgedStep], ttl_s: float | None = None) -> list[MemoryItem]:
-    """The accepted evidence the Generator was shown: every judged step recorded in order, a newer source
-    superseding the item its verdict names (the loop's own bookkeeping, flows/research.py)."""
+    """The accepted evidence the Generator was shown: every judged step recorded in order, as the loop recorded it."""
     memory = EvolvingMemory(ttl_s)
     for step in sorted(steps, key=lambda s: s.step_id):
-        item = memory.record(step.plan, step.result, step.verdict)
-        if step.verdict.accepted and step.verdict.supersedes:
-            memory.supersede(step.verdict.supersedes, item.id)
+        memory.record_judged(step)
     return memory.accepted_view()
 
 
@@ -86,8 +84,9 @@ def replay(run_dir: str | Path, system: str = "modular", overrides: list[str] = 
     rows = [r for r in result_rows(root) if r["system"] == system]
     if not rows:
         raise FailuresError(f"{root}: no finished question of {system}")
-    steps = judged_steps(root, system)
-    records = question_records(root)
+    judged = judged_rows(root)
+    steps = judged_steps(judged, system)
+    records = question_records(root, judged)
     generators: dict[int, Generator] = {}
     lines: list[dict[str, Any]] = []
     for row in sorted(rows, key=lambda r: (int(r["seed"]), r["question_id"]))[:limit]:
