@@ -31,7 +31,7 @@ _STOP = {"The", "A", "An", "It", "Its", "This", "That", "In", "On", "At", "By", 
 # a title before a person's name: the run "New York Governor Nelson Rockefeller" also offers "Nelson Rockefeller"
 _TITLES = {"King", "Queen", "Prince", "Princess", "President", "Vice", "Governor", "Senator", "Mayor", "General",
            "Admiral", "Captain", "Colonel", "Sir", "Dame", "Lord", "Lady", "Saint", "Pope", "Bishop", "Judge",
-           "Justice", "Professor", "Dr", "Dr.", "Mr", "Mr.", "Mrs", "Mrs.", "Ms", "Ms.", "Chancellor", "Minister",
+           "Justice", "Professor", "Dr", "Mr", "Mrs", "Ms", "Chancellor", "Minister",
            "Secretary", "Emperor", "Empress", "Duke", "Duchess", "Count", "Countess", "Baron"}
 _POSSESSIVE = re.compile(r"['’]s?$")
 
