@@ -98,9 +98,15 @@ def test_a_sweep_trains_each_configuration_reports_and_resumes(tmp_path):
     # records without checkpoints (as committed): --no-train reports the recorded steps of a longer sweep, trains none
     for run in ("learning_rate=0.0001", "learning_rate=0.0003"):
         shutil.rmtree(tmp_path / "sweep" / run / "checkpoints")
+    # a second pilot's table goes between its own named markers; the first pilot's section is left as it was
+    begin2, end2 = sw.markers("pilot-2")
+    doc.write_text(f"{sw.BEGIN}\nfirst pilot\n{sw.END}\n\n{begin2}\n{end2}\n")
     assert sw.main(["--out", str(tmp_path / "sweep"), "--grid", "train.learning_rate=1e-4,3e-4", "--steps", "4",
                     "--train-questions", "3", "--val-questions", "2", "--no-train", *(f"--set={o}" for o in base),
-                    "--config", str(cfg)]) == 0
+                    "--config", str(cfg), "--doc", str(doc), "--section", "pilot-2"]) == 0
+    first_pilot, second_pilot = doc.read_text().split(begin2)
+    assert "\nfirst pilot\n" in first_pilot and "per step:" not in first_pilot
+    assert "`learning_rate=0.0003` per step:" in second_pilot
     assert not (tmp_path / "sweep" / "learning_rate=0.0001" / "checkpoints").exists()
     assert [r["steps"] for r in json.loads((tmp_path / "sweep" / "sweep.json").read_text())["runs"]] == [2, 2]
 
@@ -110,3 +116,4 @@ def test_bad_configuration_is_refused_before_anything_trains(tmp_path):
     assert rc == 2
     assert not list((tmp_path / "s").glob("learning_rate*"))
     assert sw.main(["--out", str(tmp_path / "s"), "--steps", "0"]) == 2
+    assert sw.main(["--out", str(tmp_path / "s"), "--steps", "1", "--section", "two words"]) == 2

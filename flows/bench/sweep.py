@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,15 @@ from typing import Any
 import yaml
 
 BEGIN, END = "<!-- sweep:begin (written by python -m flows.bench.sweep) -->", "<!-- sweep:end -->"
+
+
+def markers(section: str = "") -> tuple[str, str]:
+    """The doc markers of a named section (one per pilot in one document); "" is the first pilot's unnamed pair."""
+    if not section:
+        return BEGIN, END
+    if not re.fullmatch(r"[\w.-]+", section):
+        raise SweepError(f"--section {section!r}: use letters, digits, '.', '_' or '-'")
+    return f"<!-- sweep:begin {section} (written by python -m flows.bench.sweep) -->", f"<!-- sweep:end {section} -->"
 PARTS = ("correct", "safe_stop", "tool_cost", "malformed_plan")  # tasks/learn/reward.py RewardBreakdown
 
 
@@ -223,12 +233,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_doc(doc: Path, text: str) -> None:
+def write_doc(doc: Path, text: str, section: str = "") -> None:
     """Replace the marked section of `doc`; without the markers nothing is written."""
     from flows.bench.marked import MarkersMissing, write_marked
 
     try:
-        write_marked(doc, BEGIN, END, text)
+        write_marked(doc, *markers(section), text)
     except MarkersMissing as exc:
         raise SweepError(str(exc)) from None
 
@@ -246,10 +256,11 @@ def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[P
 
 def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, train_questions: int = 40,
           val_questions: int = 16, config: str | None = None, doc: str | Path | None = None,
-          train: bool = True, vary: list[str] | None = None) -> dict[str, Any]:
+          train: bool = True, vary: list[str] | None = None, section: str = "") -> dict[str, Any]:
     from flows.train import run_training
     from infra.runtime.settings import ConfigError, load_settings
 
+    markers(section)  # a bad name is refused before anything trains
     root = Path(out)
     configs = parse_grid(grid, vary)
     root.mkdir(parents=True, exist_ok=True)
@@ -276,7 +287,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
     (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     plot(report, root / "sweep.png")
     if doc is not None:
-        write_doc(Path(doc), render(report))
+        write_doc(Path(doc), render(report), section)
     return report
 
 
@@ -292,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-questions", type=int, default=40)
     p.add_argument("--val-questions", type=int, default=16)
     p.add_argument("--doc", default=None, help="write the table between the sweep markers of this file")
+    p.add_argument("--section", default="", help="the doc's named marker pair <!-- sweep:begin NAME ... --> for "
+                   "this sweep (default: the unnamed pair), so several pilots' tables can share one document")
     p.add_argument("--no-train", action="store_true", help="report the recorded steps only (records without their "
                    "checkpoints, e.g. bench/sweep): nothing trains")
     a = p.parse_args(argv)
@@ -301,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = sweep(a.out, a.grid, a.base, a.steps, train_questions=a.train_questions,
                        val_questions=a.val_questions, config=a.config, doc=a.doc, train=not a.no_train,
-                       vary=a.vary)
+                       vary=a.vary, section=a.section)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
