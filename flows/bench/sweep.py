@@ -33,21 +33,22 @@ from typing import Any
 
 import yaml
 
-BEGIN, END = "<!-- sweep:begin (written by python -m flows.bench.sweep) -->", "<!-- sweep:end -->"
-
-
-def markers(section: str = "") -> tuple[str, str]:
-    """The doc markers of a named section (one per pilot in one document); "" is the first pilot's unnamed pair."""
-    if not section:
-        return BEGIN, END
-    if not re.fullmatch(r"[\w.-]+", section):
-        raise SweepError(f"--section {section!r}: use letters, digits, '.', '_' or '-'")
-    return f"<!-- sweep:begin {section} (written by python -m flows.bench.sweep) -->", f"<!-- sweep:end {section} -->"
 PARTS = ("correct", "safe_stop", "tool_cost", "malformed_plan")  # tasks/learn/reward.py RewardBreakdown
 
 
 class SweepError(ValueError):
     """A sweep that cannot run as asked; the message says why."""
+
+
+def markers(section: str = "") -> tuple[str, str]:
+    """The doc markers of a named section (one per pilot in one document); "" is the first pilot's unnamed pair."""
+    if section and not re.fullmatch(r"[\w.-]+", section):
+        raise SweepError(f"--section {section!r}: use letters, digits, '.', '_' or '-'")
+    name = f" {section}" if section else ""
+    return f"<!-- sweep:begin{name} (written by python -m flows.bench.sweep) -->", f"<!-- sweep:end{name} -->"
+
+
+BEGIN, END = markers()
 
 
 def _axes(options: list[str], flag: str) -> list[list[tuple[str, Any]]]:
