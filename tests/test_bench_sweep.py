@@ -117,3 +117,28 @@ def test_bad_configuration_is_refused_before_anything_trains(tmp_path):
     assert not list((tmp_path / "s").glob("learning_rate*"))
     assert sw.main(["--out", str(tmp_path / "s"), "--steps", "0"]) == 2
     assert sw.main(["--out", str(tmp_path / "s"), "--steps", "1", "--section", "two words"]) == 2
+
+
+def test_train_ids_keep_a_fixed_few_questions_with_the_whole_corpus(tmp_path):
+    from infra.data.world import generate_world
+    from infra.data.world.generate import world_files
+
+    full = generate_world(seed=0, n_questions=6, split="train")
+    ids = [full.questions[4]["id"], full.questions[1]["id"]]
+    train, _ = sw.world_splits(tmp_path / "s", 6, 2, ids)
+    kept = [json.loads(line) for line in (train / "questions.jsonl").read_text().splitlines()]
+    assert sorted(q["id"] for q in kept) == sorted(ids)
+    assert (train / "corpus.jsonl").read_bytes() == world_files(full)["corpus.jsonl"]  # the same documents to search
+    assert json.loads((train / "manifest.json").read_text())["question_subset"] == {"of": 6, "ids": sorted(ids)}
+    assert sw.world_splits(tmp_path / "s", 6, 2, list(reversed(ids)))[0] == train  # the same few: reused
+    for other in ([ids[0]], None):  # another subset, or the whole split, in the same --out is refused
+        with pytest.raises(sw.SweepError, match="use another --out"):
+            sw.world_splits(tmp_path / "s", 6, 2, other)
+    with pytest.raises(sw.SweepError, match="not in the train split"):
+        sw.world_splits(tmp_path / "t", 6, 2, ["train-99999"])
+    assert not (tmp_path / "t" / "world-train").exists()
+    assert sw.main(["--out", str(tmp_path / "u"), "--steps", "1", "--train-questions", "6", "--train-ids",
+                    "nope"]) == 2
+    text = sw.render({"base": [], "train_questions": 6, "val_questions": 2, "train_ids": sorted(ids), "runs": [],
+                      "chosen": None})
+    assert f"2 questions of the world train split of 6 (seed 0): {', '.join(sorted(ids))}" in text

@@ -191,8 +191,11 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| `{r['name']}`{mark} | {r['steps']} | {_num(r['first_reward'])} -> {_num(r['last_reward'])} | "
                      f"{_num(r['train_score'][0])} | {_num(r['train_score'][1], 2)} | {_num(r['max_kl'], 5)} | {val} | "
                      f"{_num(r['s_per_step'], 0)} | {_num(r['tokens_per_step'], 0)} | {_num(r['peak_rss_mb'], 0)} |")
-    lines.append(f"\nBase: {', '.join(report['base']) or 'the defaults'}; world train split {report['train_questions']} "
-                 f"questions (seed 0), held-out test split {report['val_questions']} (seed 1). "
+    ids = report.get("train_ids") or []
+    train = (f"{len(ids)} questions of the world train split of {report['train_questions']} (seed 0): {', '.join(ids)}"
+             if ids else f"world train split {report['train_questions']} questions (seed 0)")
+    lines.append(f"\nBase: {', '.join(report['base']) or 'the defaults'}; {train}, "
+                 f"held-out test split {report['val_questions']} (seed 1). "
                  "Chosen by the train-split curve only.")
     lines += [_curves(r) for r in report["runs"] if r["curve"]]
     return "\n".join(lines)
@@ -244,12 +247,32 @@ def write_doc(doc: Path, text: str, section: str = "") -> None:
         raise SweepError(str(exc)) from None
 
 
-def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[Path, Path]:
+def world_splits(out: Path, train_questions: int, val_questions: int,
+                 train_ids: list[str] | None = None) -> tuple[Path, Path]:
+    """The train split (seed 0) and held-out test split (seed 1) under `out`, written once. `train_ids` keeps only those
+    questions of the train split (its whole corpus stays: the same documents to search, distractors included), so
+    every step draws from a fixed few: whether the policy learns the questions it trains on."""
+    import dataclasses
+
     from infra.data.world import generate_world, write_world
 
     train, val = out / "world-train", out / "world-test"
     if not (train / "questions.jsonl").is_file():
-        write_world(generate_world(seed=0, n_questions=train_questions, split="train"), train)
+        world = generate_world(seed=0, n_questions=train_questions, split="train")
+        if train_ids:
+            unknown = sorted(set(train_ids) - {q["id"] for q in world.questions})
+            if unknown:
+                raise SweepError(f"--train-ids: {', '.join(unknown)} not in the train split of {train_questions} "
+                                 "questions")
+            kept = [q for q in world.questions if q["id"] in set(train_ids)]
+            world = dataclasses.replace(world, questions=kept, n_questions=len(kept),
+                                        manifest={**world.manifest, "question_subset": {"of": train_questions,
+                                                                                         "ids": sorted(set(train_ids))}})
+        write_world(world, train)
+    subset = json.loads((train / "manifest.json").read_text()).get("question_subset", {}).get("ids")
+    if (subset or None) != (sorted(set(train_ids)) if train_ids else None):
+        raise SweepError(f"{train} was written for --train-ids {','.join(subset or []) or '(none)'}; "
+                         "use another --out")
     if not (val / "questions.jsonl").is_file():
         write_world(generate_world(seed=1, n_questions=val_questions, split="test"), val)
     return train, val
@@ -257,7 +280,8 @@ def world_splits(out: Path, train_questions: int, val_questions: int) -> tuple[P
 
 def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, train_questions: int = 40,
           val_questions: int = 16, config: str | None = None, doc: str | Path | None = None,
-          train: bool = True, vary: list[str] | None = None, section: str = "") -> dict[str, Any]:
+          train: bool = True, vary: list[str] | None = None, section: str = "",
+          train_ids: list[str] | None = None) -> dict[str, Any]:
     from flows.train import run_training
     from infra.runtime.settings import ConfigError, load_settings
 
@@ -265,7 +289,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
     root = Path(out)
     configs = parse_grid(grid, vary)
     root.mkdir(parents=True, exist_ok=True)
-    train_dir, val_dir = world_splits(root, train_questions, val_questions)
+    train_dir, val_dir = world_splits(root, train_questions, val_questions, train_ids)
     fixed = [f"train.train_questions={train_dir}", f"train.val_questions={val_dir}", f"train.steps={steps}"]
     settings_of = {}
     for cfg in configs:  # every configuration is checked before the first one trains
@@ -283,7 +307,8 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
                          log_dir=str(root / "logs"))
         runs.append(summarize_run(name, cfg, curve(run_dir)))
     report = {"base": base, "grid": grid, "vary": list(vary or []), "steps": steps, "train_questions": train_questions,
-              "val_questions": val_questions, "runs": runs, "chosen": choose(runs, steps),
+              "val_questions": val_questions, "train_ids": sorted(set(train_ids or [])), "runs": runs,
+              "chosen": choose(runs, steps),
               "chosen_by": "train split: mean reward over the second half of the steps, then groups with signal"}
     (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     plot(report, root / "sweep.png")
@@ -303,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default=None, help="a base configuration file (YAML/JSON)")
     p.add_argument("--train-questions", type=int, default=40)
     p.add_argument("--val-questions", type=int, default=16)
+    p.add_argument("--train-ids", default="", help="comma-separated question ids: train on these questions of the "
+                   "train split only (every step draws from them), to see whether the policy learns what it trains on")
     p.add_argument("--doc", default=None, help="write the table between the sweep markers of this file")
     p.add_argument("--section", default="", help="the doc's named marker pair <!-- sweep:begin NAME ... --> for "
                    "this sweep (default: the unnamed pair), so several pilots' tables can share one document")
@@ -315,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = sweep(a.out, a.grid, a.base, a.steps, train_questions=a.train_questions,
                        val_questions=a.val_questions, config=a.config, doc=a.doc, train=not a.no_train,
-                       vary=a.vary, section=a.section)
+                       vary=a.vary, section=a.section, train_ids=[i.strip() for i in a.train_ids.split(",") if i.strip()])
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
