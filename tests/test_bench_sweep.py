@@ -87,6 +87,7 @@ def test_a_sweep_trains_each_configuration_reports_and_resumes(tmp_path):
     assert "**(chosen)**" in text and text.endswith("\n\nafter\n") and "Chosen by the train-split curve only" in text
     assert "`learning_rate=0.0003` per step:" in text and text.count("| safe stop |") == 2  # one curve per configuration
     assert isinstance(first["tool_choices"], dict) and sum(first["tool_choices"].values()) > 0
+    assert sum(n for _, n in first["right_by_question"].values()) == 2  # 1 question x 2 rollouts, tallied per question
     assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 0
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["chosen"] == report["chosen"]
     # again: every configuration is done, nothing trains, the same curves come back
@@ -139,6 +140,13 @@ def test_train_ids_keep_a_fixed_few_questions_with_the_whole_corpus(tmp_path):
     assert not (tmp_path / "t" / "world-train").exists()
     assert sw.main(["--out", str(tmp_path / "u"), "--steps", "1", "--train-questions", "6", "--train-ids",
                     "nope"]) == 2
-    text = sw.render({"base": [], "train_questions": 6, "val_questions": 2, "train_ids": sorted(ids), "runs": [],
-                      "chosen": None})
+    row = {**_row(1, 0.5), "kl": 0.0, "val_accuracy": None, "wall_s": 1, "rollout_s": 1, "update_s": 0,
+           "update_tokens": 1, "rss_mb": 1, "tool_choices": {}, "reward_parts": {},
+           "right_by_question": {ids[0]: [3, 4]}}
+    run = sw.summarize_run("lr", {}, [row, {**row, "step": 2, "right_by_question": {ids[0]: [4, 4], ids[1]: [1, 4]}}])
+    text = sw.render({"base": [], "train_questions": 6, "val_questions": 2, "train_ids": sorted(ids), "runs": [run],
+                      "chosen": "lr"})
     assert f"2 questions of the world train split of 6 (seed 0): {', '.join(sorted(ids))}" in text
+    assert f"| {ids[0]} | 3/4 | 4/4 |" in text and f"| {ids[1]} | - | 1/4 |" in text  # each question's curve
+    assert "per question" not in sw.render({"base": [], "train_questions": 6, "val_questions": 2, "runs": [run],
+                                            "chosen": "lr"})  # the whole split: no such table

@@ -118,10 +118,14 @@ def _read(folder: Path) -> list[dict[str, Any]]:
 def curve(run_dir: Path) -> list[dict[str, Any]]:
     """One row per step of a finished or interrupted training run: the metrics and the reward's mean parts."""
     parts: dict[int, dict[str, list[float]]] = {}
+    right: dict[int, dict[str, list[int]]] = {}  # step -> question -> [right, rollouts]
     for r in _read(run_dir / "rollouts"):
         terms = json.loads(r.get("reward_terms") or "{}")
         for name in PARTS:
             parts.setdefault(int(r["step"]), {p: [] for p in PARTS})[name].append(float(terms.get(name) or 0.0))
+        tally = right.setdefault(int(r["step"]), {}).setdefault(str(r["question_id"]), [0, 0])
+        tally[0] += bool(r["correct"])
+        tally[1] += 1
     rows = []
     for m in sorted(_read(run_dir / "metrics"), key=lambda r: r["step"]):
         step = int(m["step"])
@@ -132,7 +136,8 @@ def curve(run_dir: Path) -> list[dict[str, Any]]:
                      "kl": m["kl"], "val_accuracy": m.get("val_accuracy"), "wall_s": m["wall_s"],
                      "rollout_s": m["rollout_s"], "update_s": m["update_s"], "update_tokens": m["update_tokens"],
                      "rss_mb": m["rss_mb"], "tool_choices": _counts(m.get("tool_choices")),
-                     "reward_parts": {k: (sum(v) / len(v) if v else None) for k, v in p.items()}})
+                     "reward_parts": {k: (sum(v) / len(v) if v else None) for k, v in p.items()},
+                     "right_by_question": dict(sorted((right.get(step) or {}).items()))})
     return rows
 
 
@@ -198,7 +203,19 @@ def render(report: dict[str, Any]) -> str:
                  f"held-out test split {report['val_questions']} (seed 1). "
                  "Chosen by the train-split curve only.")
     lines += [_curves(r) for r in report["runs"] if r["curve"]]
+    if ids:  # the same few questions every step: each one's rollouts right, step by step, say whether it is learned
+        lines += [_by_question(r, ids) for r in report["runs"] if r["curve"]]
     return "\n".join(lines)
+
+
+def _by_question(run: dict[str, Any], ids: list[str]) -> str:
+    steps = [r["step"] for r in run["curve"]]
+    out = [f"\n`{run['name']}`, rollouts right per question and step:\n",
+           "| question | " + " | ".join(str(s) for s in steps) + " |", "|---" * (len(steps) + 1) + "|"]
+    for q in ids:
+        cells = [(r.get("right_by_question") or {}).get(q) for r in run["curve"]]
+        out.append(f"| {q} | " + " | ".join(f"{c[0]}/{c[1]}" if c else "-" for c in cells) + " |")
+    return "\n".join(out)
 
 
 def _curves(run: dict[str, Any]) -> str:
