@@ -14,6 +14,8 @@ by the **train-split curve only** (mean reward over the second half of the steps
 held-out accuracy is reported, never used to choose. ``<out>/sweep.json`` holds it all, ``<out>/sweep.png`` plots
 reward and KL per step; the summary table and each configuration's per-step table go between the markers of
 ``--doc``. ``--no-train`` reports the recorded steps without training (committed records have no checkpoints).
+``--train-ids`` trains on a fixed few of the train split's questions (every step draws from them) and reports how
+many rollouts of each were right per step: whether the policy learns the questions it trains on at all.
 
     python -m flows.bench.sweep --out bench-sweep --steps 8 \\
         --grid train.learning_rate=1e-5,1e-4,3e-4 --grid train.lora.r=8,16
