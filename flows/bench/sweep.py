@@ -275,22 +275,23 @@ def world_splits(out: Path, train_questions: int, val_questions: int,
 
     from infra.data.world import generate_world, write_world
 
+    wanted = sorted(set(train_ids or []))
     train, val = out / "world-train", out / "world-test"
     if not (train / "questions.jsonl").is_file():
         world = generate_world(seed=0, n_questions=train_questions, split="train")
-        if train_ids:
-            unknown = sorted(set(train_ids) - {q["id"] for q in world.questions})
+        if wanted:
+            unknown = sorted(set(wanted) - {q["id"] for q in world.questions})
             if unknown:
                 raise SweepError(f"--train-ids: {', '.join(unknown)} not in the train split of {train_questions} "
                                  "questions")
-            kept = [q for q in world.questions if q["id"] in set(train_ids)]
+            kept = [q for q in world.questions if q["id"] in wanted]
             world = dataclasses.replace(world, questions=kept, n_questions=len(kept),
-                                        manifest={**world.manifest, "question_subset": {"of": train_questions,
-                                                                                         "ids": sorted(set(train_ids))}})
+                                        manifest={**world.manifest,
+                                                  "question_subset": {"of": train_questions, "ids": wanted}})
         write_world(world, train)
-    subset = json.loads((train / "manifest.json").read_text()).get("question_subset", {}).get("ids")
-    if (subset or None) != (sorted(set(train_ids)) if train_ids else None):
-        raise SweepError(f"{train} was written for --train-ids {','.join(subset or []) or '(none)'}; "
+    subset = json.loads((train / "manifest.json").read_text()).get("question_subset", {}).get("ids") or []
+    if subset != wanted:
+        raise SweepError(f"{train} was written for --train-ids {','.join(subset) or '(none)'}; "
                          "use another --out")
     if not (val / "questions.jsonl").is_file():
         write_world(generate_world(seed=1, n_questions=val_questions, split="test"), val)
@@ -306,6 +307,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
 
     markers(section)  # a bad name is refused before anything trains
     root = Path(out)
+    train_ids = sorted(set(train_ids or []))
     configs = parse_grid(grid, vary)
     root.mkdir(parents=True, exist_ok=True)
     train_dir, val_dir = world_splits(root, train_questions, val_questions, train_ids)
@@ -326,7 +328,7 @@ def sweep(out: str | Path, grid: list[str], base: list[str], steps: int, *, trai
                          log_dir=str(root / "logs"))
         runs.append(summarize_run(name, cfg, curve(run_dir)))
     report = {"base": base, "grid": grid, "vary": list(vary or []), "steps": steps, "train_questions": train_questions,
-              "val_questions": val_questions, "train_ids": sorted(set(train_ids or [])), "runs": runs,
+              "val_questions": val_questions, "train_ids": train_ids, "runs": runs,
               "chosen": choose(runs, steps),
               "chosen_by": "train split: mean reward over the second half of the steps, then groups with signal"}
     (root / "sweep.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
