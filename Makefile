@@ -48,9 +48,12 @@ bench: models
 # Flow-GRPO claim (not part of `make test`): train on the world's train split on CPU, evaluate on its test split
 # with another judge configuration; modular-trained vs modular vs monolithic, same budget, BENCH_TRAIN_SEEDS seeds.
 BENCH_TRAIN_SEEDS ?= 3
-BENCH_TRAIN_STEPS ?= 20
-# The configuration the pilot sweep chose (docs/training.md); add --records DIR to pool with committed seed records.
-BENCH_TRAIN_CLAIM ?= --set train.learning_rate=1e-4
+BENCH_TRAIN_STEPS ?= 10
+# The configuration the fourth pilot chose (3e-4, 4 questions a step), on a 12-question train split so each question
+# comes back every 3 steps (docs/training.md, "A claim seed that repeats its questions"); its seed records are in
+# bench/train-claim-qwen-v2: add --records bench/train-claim-qwen-v2 to BENCH_TRAIN_ARGS to pool with them.
+# The 1e-4, 2 x 40 x 20-step claim of bench/train-claim-qwen: BENCH_TRAIN_STEPS=20 BENCH_TRAIN_CLAIM="--set train.learning_rate=1e-4".
+BENCH_TRAIN_CLAIM ?= --train-questions 12 --questions-per-step 4 --set train.learning_rate=3e-4
 BENCH_TRAIN_ARGS ?= --workers 2 --eval-workers 2
 bench-train: models
 	$(BIN)/python -m flows.bench.train --out bench-train --seeds $(BENCH_TRAIN_SEEDS) --steps $(BENCH_TRAIN_STEPS) \
