@@ -31,7 +31,7 @@ def _seed_report():
 def _record(seed: int, trained: list[int], modular: list[int], **over) -> dict:
     results = _results({"modular-trained": trained, "modular-base": modular, "modular": modular,
                         "monolithic": [0] * len(modular), "direct": [1] * len(modular)})
-    return bt.seed_record(seed, _args(**over), _seed_report(), results)
+    return bt.seed_record(seed, _args(**over), _seed_report(), results, commit="c0ffee")
 
 
 def test_a_seed_record_keeps_only_the_compared_systems_and_the_comparable_configuration():
@@ -40,6 +40,7 @@ def test_a_seed_record_keeps_only_the_compared_systems_and_the_comparable_config
     assert len(record["outcomes"]) == 4 * 3 and record["seed"] == 0
     assert set(record["config"]) == set(bt.COMPARABLE) and "only_seeds" not in record["config"]
     assert record["step_s"] == [5.0, 5.0] and record["zero_signal_groups"] == [1, 0]
+    assert record["commit"] == "c0ffee"  # the commit the run started at, not the one current when written
 
 
 def test_records_written_apart_pool_into_one_measurement(tmp_path):

@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--records", default=None, help="a directory of seed records from earlier runs, pooled with this one's")
     a = p.parse_args(argv)
     run_seeds = _seed_list(a.only_seeds, a.seeds)
+    commit = _commit()  # the code that runs, read now: the tree may move on during hours of training
     from flows.cli.startup import prepare_env
 
     prepare_env()  # the CLI's local, quiet, offline Prefect/Ray defaults, before they are imported
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
             "eval": str(getattr(ev, "out", eval_dir)),
         }
         results = pq.read_table(eval_dir / "results.parquet").to_pylist()
-        write_record(out / "records", seed_record(seed, args, report["seeds"][seed], results))
+        write_record(out / "records", seed_record(seed, args, report["seeds"][seed], results, commit=commit))
         (out / "bench_train.json").write_text(json.dumps(report, indent=2, default=str))
     records = load_records(out / "records", earlier, args)  # again: now with this run's seeds
     report.update(pool(records, a.seeds))
@@ -280,11 +281,13 @@ def _commit() -> str | None:
         return None
 
 
-def seed_record(seed: int, args: dict[str, Any], seed_report: dict[str, Any], results: list[dict]) -> dict[str, Any]:
-    """One training seed's compact, self-describing record: enough to pool it with seeds run elsewhere."""
+def seed_record(seed: int, args: dict[str, Any], seed_report: dict[str, Any], results: list[dict], *,
+                commit: str | None) -> dict[str, Any]:
+    """One training seed's compact, self-describing record: enough to pool it with seeds run elsewhere. `commit` is
+    the one the run started at (None: unknown)."""
     return {
         "seed": seed,
-        "commit": _commit(),
+        "commit": commit,
         "config": {k: args[k] for k in COMPARABLE},
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **{k: seed_report[k] for k in ("accuracy", "train_s", "step_s", "mean_reward", "zero_signal_groups", "rss_mb")},
