@@ -130,7 +130,7 @@ def _outcomes(directory):
     import pyarrow.parquet as pq
 
     keep = ("system", "seed", "question_id", "correct", "prediction", "status", "stop_reason", "tokens_total")
-    return sorted((tuple(r[k] for k in keep) for r in pq.read_table(directory / "results.parquet").to_pylist()))
+    return sorted(tuple(r[k] for k in keep) for r in pq.read_table(directory / "results.parquet").to_pylist())
 
 
 def test_an_evaluation_split_over_two_processes_equals_the_serial_one(prefect_harness, tmp_path):
